@@ -1,0 +1,3 @@
+"""Version of hpcdist."""
+
+__version__ = "0.1.0"

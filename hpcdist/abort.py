@@ -1,0 +1,72 @@
+"""Abort the whole MPI job when one rank dies of an uncaught exception.
+
+Without this, the other ranks of a job wait forever in their next collective. This is the
+behaviour of ``python -m mpi4py script.py``: print the failing rank's traceback, then
+``MPI_Abort``, so the launcher ends every rank with a non-zero exit code.
+
+`install` is called when hpcdist's world communicator is created on more than one rank (turn it
+off with ``HPCDIST_ABORT_ON_EXCEPTION=0``); ``python -m hpcdist script.py`` installs it before
+the script runs.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import traceback
+from types import TracebackType
+
+__all__ = ["ABORT_EXIT_CODE", "install", "installed"]
+
+#: Error code passed to ``MPI_Abort``; the launcher turns it into the job's exit code.
+ABORT_EXIT_CODE = 17
+
+_previous_hook = None
+_previous_thread_hook = None
+
+
+def installed() -> bool:
+    """Return whether the abort hook is installed."""
+    return _previous_hook is not None
+
+
+def _abort(
+    exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None, where: str
+) -> None:
+    from mpi4py import MPI
+
+    rank = MPI.COMM_WORLD.Get_rank() if MPI.Is_initialized() else 0
+    size = MPI.COMM_WORLD.Get_size() if MPI.Is_initialized() else 1
+    lines = "".join(traceback.format_exception(exc_type, exc, tb))
+    sys.stderr.write(
+        f"hpcdist: uncaught exception on rank {rank} of {size} ({where}); "
+        f"aborting all ranks\n{lines}"
+    )
+    sys.stderr.flush()
+    sys.stdout.flush()
+    if MPI.Is_initialized() and not MPI.Is_finalized() and size > 1:
+        MPI.COMM_WORLD.Abort(ABORT_EXIT_CODE)
+
+
+def _hook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+    _abort(exc_type, exc, tb, "main thread")
+    _previous_hook(exc_type, exc, tb)
+
+
+def _thread_hook(args: threading.ExceptHookArgs) -> None:
+    if args.exc_type is SystemExit:
+        _previous_thread_hook(args)
+        return
+    name = args.thread.name if args.thread is not None else "unknown thread"
+    _abort(args.exc_type, args.exc_value, args.exc_traceback, f"thread {name!r}")
+
+
+def install() -> None:
+    """Install the abort hooks for the main thread and for other threads. Idempotent."""
+    global _previous_hook, _previous_thread_hook
+    if _previous_hook is not None:
+        return
+    _previous_hook = sys.excepthook
+    _previous_thread_hook = threading.excepthook
+    sys.excepthook = _hook
+    threading.excepthook = _thread_hook

@@ -1,0 +1,202 @@
+"""`TFConfigClusterResolver`: the cluster from the ``TF_CONFIG`` environment variable."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from hpcdist.cluster.base import ClusterResolver
+from hpcdist.cluster.spec import ClusterSpec
+from hpcdist.errors import ClusterConfigError
+
+__all__ = ["TFConfigClusterResolver", "load_tf_config"]
+
+
+def load_tf_config() -> dict[str, Any]:
+    """Parse ``TF_CONFIG``; ``{}`` when unset or empty.
+
+    Raises:
+        ClusterConfigError: Not JSON, or not a JSON object; the message quotes the value.
+    """
+    text = os.environ.get("TF_CONFIG", "")
+    if not text.strip():
+        return {}
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ClusterConfigError(f"TF_CONFIG is not valid JSON ({exc}): {text!r}") from None
+    if not isinstance(config, dict):
+        raise ClusterConfigError(f"TF_CONFIG must be a JSON object, got: {text!r}")
+    return config
+
+
+class TFConfigClusterResolver(ClusterResolver):
+    """Reads ``TF_CONFIG`` (``cluster``, ``task``, ``rpc_layer``, ``session_master``).
+
+    ``TF_CONFIG`` is read again on every access, as in TensorFlow. The rank of a task is its
+    position when the jobs are taken in sorted name order (chief, evaluator, ps, worker);
+    tasks with the same host part of their address count as one node.
+
+    Args:
+        task_type: Overrides ``task.type``.
+        task_id: Overrides ``task.index``.
+        rpc_layer: Overrides ``rpc_layer``.
+    """
+
+    def __init__(
+        self,
+        task_type: str | None = None,
+        task_id: int | None = None,
+        rpc_layer: str | None = None,
+    ) -> None:
+        self._task_type = task_type
+        self._task_id = task_id
+        self._rpc_layer = rpc_layer
+        self.cluster_spec()  # validate early
+        self._check_task()
+
+    def _config(self) -> dict[str, Any]:
+        return load_tf_config()
+
+    def cluster_spec(self) -> ClusterSpec:
+        """Return ``TF_CONFIG["cluster"]`` as a `ClusterSpec`."""
+        cluster = self._config().get("cluster", {})
+        try:
+            return ClusterSpec(cluster)
+        except ClusterConfigError as exc:
+            raise ClusterConfigError(f"TF_CONFIG cluster is invalid: {exc}") from None
+
+    def _check_task(self) -> None:
+        task_type, task_id = self.task_type, self.task_id
+        if task_type is None:
+            return
+        spec = self.cluster_spec()
+        if task_type not in spec.jobs:
+            if task_type == "evaluator":
+                return
+            raise ClusterConfigError(
+                f"TF_CONFIG task type {task_type!r} is not a job of the cluster {spec.jobs}"
+            )
+        if task_id is None or task_id not in spec.task_indices(task_type):
+            raise ClusterConfigError(
+                f"TF_CONFIG task index {task_id!r} is not a task of job {task_type!r} "
+                f"(tasks {spec.task_indices(task_type)})"
+            )
+
+    @property
+    def task_type(self) -> str | None:
+        """``task.type`` (as a string), unless overridden."""
+        if self._task_type is not None:
+            return self._task_type
+        task_type = self._config().get("task", {}).get("type")
+        return None if task_type is None else str(task_type)
+
+    @task_type.setter
+    def task_type(self, value: str | None) -> None:
+        self._task_type = value
+
+    @property
+    def task_id(self) -> int | None:
+        """``task.index`` (as an int), unless overridden."""
+        if self._task_id is not None:
+            return self._task_id
+        index = self._config().get("task", {}).get("index")
+        if index is None:
+            return None
+        try:
+            return int(index)
+        except (TypeError, ValueError):
+            raise ClusterConfigError(f"TF_CONFIG task index {index!r} is not an integer") from None
+
+    @task_id.setter
+    def task_id(self, value: int | None) -> None:
+        self._task_id = value
+
+    @property
+    def rpc_layer(self) -> str | None:  # type: ignore[override]
+        """``rpc_layer`` from ``TF_CONFIG``, unless overridden."""
+        if self._rpc_layer is not None:
+            return self._rpc_layer
+        return self._config().get("rpc_layer")
+
+    @rpc_layer.setter
+    def rpc_layer(self, value: str | None) -> None:
+        self._rpc_layer = value
+
+    def _ordered_tasks(self) -> list[tuple[str, int, str]]:
+        spec = self.cluster_spec()
+        return [
+            (job, i, spec.task_address(job, i))
+            for job in sorted(spec.jobs)
+            for i in spec.task_indices(job)
+        ]
+
+    def _position(self) -> int:
+        key = (self.task_type, self.task_id)
+        for pos, (job, i, _) in enumerate(self._ordered_tasks()):
+            if (job, i) == key:
+                return pos
+        return 0
+
+    @property
+    def rank(self) -> int:
+        """Position of this task in sorted job order."""
+        return self._position()
+
+    @property
+    def world_size(self) -> int:
+        """Number of tasks in the cluster (at least 1)."""
+        return max(1, self.cluster_spec().num_tasks_total())
+
+    def _hosts(self) -> list[str]:
+        return [address.rsplit(":", 1)[0] for _, _, address in self._ordered_tasks()]
+
+    def _node_order(self) -> list[str]:
+        return list(dict.fromkeys(self._hosts()))
+
+    @property
+    def local_rank(self) -> int:
+        """Index of this task among the tasks with the same host."""
+        hosts = self._hosts()
+        if not hosts:
+            return 0
+        pos = self._position()
+        return hosts[:pos].count(hosts[pos])
+
+    @property
+    def local_size(self) -> int:
+        """Tasks with the same host as this one."""
+        hosts = self._hosts()
+        return hosts.count(hosts[self._position()]) if hosts else 1
+
+    @property
+    def node_rank(self) -> int:
+        """Index of this task's host among the distinct hosts."""
+        hosts = self._hosts()
+        return self._node_order().index(hosts[self._position()]) if hosts else 0
+
+    @property
+    def num_nodes(self) -> int:
+        """Distinct hosts in the cluster."""
+        return max(1, len(self._node_order()))
+
+    def master(
+        self,
+        task_type: str | None = None,
+        task_id: int | None = None,
+        rpc_layer: str | None = None,
+    ) -> str:
+        """Return a task's address; ``session_master`` wins when set and no task is named."""
+        if task_type is None or task_id is None:
+            session_master = self._config().get("session_master")
+            if session_master:
+                return format_master_url_compat(session_master, rpc_layer or self.rpc_layer)
+        return super().master(task_type, task_id, rpc_layer)
+
+
+def format_master_url_compat(address: str, rpc_layer: str | None) -> str:
+    """Prefix ``address`` with the rpc layer unless it already has a scheme."""
+    if "://" in address or not rpc_layer:
+        return address
+    return f"{rpc_layer}://{address}"

@@ -1,0 +1,796 @@
+"""`Communicator`: hpcdist's collectives on numpy (and staged CuPy) arrays.
+
+One `Communicator` per process group, on its own ``Dup()`` of the communicator it is given, so
+hpcdist's traffic never mixes with the user's. Every collective:
+
+1. converts its input to a contiguous host buffer and validates the arguments locally;
+2. checks, across ranks, that everybody called the same collective with the same op, dtype and
+   shape (on a single node this rides on the shared-memory barrier; across nodes it is one
+   16-byte all-reduce). Invalid local arguments poison the check, so *every* rank raises
+   instead of some ranks waiting forever;
+3. moves data with the backend chosen for the message (see `CommunicationImplementation`);
+4. waits under a `Deadline`: past ``timeout_seconds`` the waiting ranks raise
+   `DeadlineExceededError` naming the ranks that never joined, and the communicator refuses
+   further work (`UnavailableError`), because the abandoned operation may still complete.
+"""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+from mpi4py import MPI
+from mpi4py.util import pkl5
+
+from hpcdist import abort
+from hpcdist.cluster.topology import NodeLayout, node_layout, split_node
+from hpcdist.comm import fusion
+from hpcdist.comm.arrays import check_reducible, to_host, wire_dtype
+from hpcdist.comm.backend import Backend
+from hpcdist.comm.checks import (
+    KINDS,
+    ArrivalBoard,
+    Deadline,
+    Header,
+    verify_headers,
+)
+from hpcdist.comm.compression import get_codec
+from hpcdist.comm.hierarchical import HierarchicalBackend
+from hpcdist.comm.mpi_backend import MpiBackend, wait_request
+from hpcdist.comm.ops import ReduceOp
+from hpcdist.comm.options import CommunicationImplementation, CommunicationOptions
+from hpcdist.comm.ring import RingBackend, ring_allreduce
+from hpcdist.comm.shm_backend import ShmBackend
+from hpcdist.errors import CollectiveMismatchError, DeadlineExceededError, UnavailableError
+from hpcdist.settings import Settings, get_settings
+
+__all__ = ["Communicator", "Handle", "world"]
+
+_POISON = -0x5BAD
+_ALLREDUCE = KINDS["allreduce"]
+_MEAN = ReduceOp.MEAN
+_OPS: dict[Any, ReduceOp] = {op: op for op in ReduceOp}
+_OPS.update({op.name: op for op in ReduceOp})
+_OPS.update({op.name.lower(): op for op in ReduceOp})
+
+
+class _Resolved(NamedTuple):
+    """Options with every default filled in (cached per options object)."""
+
+    implementation: CommunicationImplementation
+    timeout: float | None
+    compression: str | None
+    bytes_per_pack: int
+
+
+class Handle:
+    """The pending result of an ``*_async`` collective.
+
+    Args:
+        future: The future running the collective, or None when it already ran.
+        result: The result when it already ran.
+    """
+
+    def __init__(self, future: concurrent.futures.Future | None, result: Any = None) -> None:
+        self._future = future
+        self._result = result
+
+    def wait(self, timeout: float | None = None) -> Any:
+        """Block until the collective completes and return its result (or raise its error)."""
+        if self._future is None:
+            return self._result
+        return self._future.result(timeout)
+
+    def test(self) -> bool:
+        """Return whether the collective has completed."""
+        return self._future is None or self._future.done()
+
+
+class Communicator:
+    """Collectives over a group of ranks (API section 2).
+
+    Construction is collective over ``comm``.
+
+    Args:
+        comm: The process group; ``MPI.COMM_WORLD`` by default. hpcdist works on a ``Dup()``.
+        options: Default options of this communicator's collectives.
+        settings: Library settings; read from the environment by default.
+    """
+
+    def __init__(
+        self,
+        comm: MPI.Intracomm | None = None,
+        options: CommunicationOptions | None = None,
+        settings: Settings | None = None,
+    ) -> None:
+        self.settings = settings or get_settings()
+        self.options = options or CommunicationOptions()
+        self._comm: MPI.Intracomm = (MPI.COMM_WORLD if comm is None else comm).Dup()
+        self.layout: NodeLayout = node_layout(self._comm, self.settings.ranks_per_node)
+        self._seq = 0
+        self._broken: str | None = None
+        self._resolved: dict[CommunicationOptions | None, _Resolved] = {}
+        self._stall = self.settings.stall_warning_seconds
+        self._pkl = pkl5.Intracomm(self._comm)
+        self._lock = threading.Lock()
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._pending: list[concurrent.futures.Future] = []
+        self._node_comm = split_node(self._comm, self.settings.ranks_per_node)
+        color = 0 if self._node_comm.Get_rank() == 0 else MPI.UNDEFINED
+        self._leader_comm = self._comm.Split(color, self._comm.Get_rank())
+        node_ranks = [r for r in range(self.size) if self.layout.node_of_rank[r] == self.node_rank]
+        self._board = ArrivalBoard(self._comm) if self.size > 1 else None
+        self._shm = ShmBackend(
+            self._node_comm, chunk_bytes=self.settings.shm_chunk_bytes, ranks=node_ranks
+        )
+        self._mpi = MpiBackend(self._comm)
+        self._ring = RingBackend(self._comm)
+        self._hier = HierarchicalBackend(self._comm, self._node_comm, self._leader_comm, self._shm)
+
+    # -- topology -----------------------------------------------------------------------------
+
+    @property
+    def rank(self) -> int:
+        """Rank of this process."""
+        return self.layout.rank
+
+    @property
+    def size(self) -> int:
+        """Number of ranks."""
+        return self.layout.size
+
+    @property
+    def local_rank(self) -> int:
+        """Rank on this node."""
+        return self.layout.local_rank
+
+    @property
+    def local_size(self) -> int:
+        """Ranks on this node."""
+        return self.layout.local_size
+
+    @property
+    def node_rank(self) -> int:
+        """Index of this node."""
+        return self.layout.node_rank
+
+    @property
+    def num_nodes(self) -> int:
+        """Number of nodes."""
+        return self.layout.num_nodes
+
+    @property
+    def mpi_comm(self) -> MPI.Intracomm:
+        """Hpcdist's private duplicate of the communicator (do not use it for your traffic)."""
+        return self._comm
+
+    def __repr__(self) -> str:
+        return (
+            f"Communicator(rank={self.rank}, size={self.size}, local_rank={self.local_rank}, "
+            f"local_size={self.local_size}, nodes={self.num_nodes})"
+        )
+
+    # -- machinery ----------------------------------------------------------------------------
+
+    def _opts(self, options: CommunicationOptions | None) -> _Resolved:
+        resolved = self._resolved.get(options)
+        if resolved is None:
+            merged = self.options.merge(options)
+            impl = merged.implementation
+            if impl is CommunicationImplementation.AUTO:
+                impl = CommunicationImplementation.parse(self.settings.implementation)
+            resolved = _Resolved(
+                impl,
+                merged.timeout_seconds
+                if merged.timeout_seconds is not None
+                else self.settings.timeout_seconds,
+                merged.compression,
+                merged.bytes_per_pack
+                if merged.bytes_per_pack is not None
+                else self.settings.bytes_per_pack,
+            )
+            self._resolved[options] = resolved
+        return resolved
+
+    def _begin(
+        self, header_fn: Callable[[int], Header], opts: _Resolved
+    ) -> tuple[Header, Deadline]:
+        if self._broken is not None:
+            raise UnavailableError(
+                f"rank {self.rank}: this communicator is unusable after an earlier failure "
+                f"({self._broken}); restart the job (restore from the latest checkpoint)"
+            )
+        self._seq += 1
+        header = header_fn(self._seq)
+        board = self._board
+        if board is not None:
+            board.mine[0] = self._seq
+        return header, Deadline(opts.timeout, self._stall, header, board)
+
+    def _guard(self, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except DeadlineExceededError as exc:
+            self._broken = f"{type(exc).__name__}: {exc}"
+            raise
+
+    def _check(
+        self, header: Header, deadline: Deadline, local_error: Exception | None = None
+    ) -> None:
+        """Verify the header across ranks; a local error poisons it so every rank raises."""
+        if local_error is not None:
+            header = header.replace_extra(_POISON)
+        elif not self.settings.check_collectives or self.size == 1:
+            return
+        try:
+            if self.size == 1:
+                pass
+            elif self.num_nodes == 1:
+                self._shm.barrier(header, deadline)
+            else:
+                verify_headers(self._comm, header, deadline)
+        except CollectiveMismatchError as exc:
+            if local_error is not None:
+                raise local_error from None
+            bad = [r for r, d in enumerate(exc.descriptions) if f"({_POISON})" in d]
+            if bad:
+                raise CollectiveMismatchError(
+                    f"collective {header.describe()} failed: invalid arguments on rank(s) "
+                    f"{','.join(map(str, bad))} (see the error on those ranks)",
+                    exc.descriptions,
+                ) from None
+            raise
+        if local_error is not None:
+            raise local_error
+
+    def _choose(self, nbytes: int, opts: _Resolved) -> Backend:
+        impl = opts.implementation
+        if impl is CommunicationImplementation.MPI:
+            return self._mpi
+        if impl is CommunicationImplementation.RING:
+            return self._ring
+        if impl is CommunicationImplementation.NCCL:
+            raise NotImplementedError(
+                "the NCCL backend is not available in this build; use implementation='auto'"
+            )
+        shm = self._shm if self.num_nodes == 1 else self._hier
+        if impl is CommunicationImplementation.SHM or nbytes >= self.settings.shm_min_bytes:
+            return shm
+        return self._mpi
+
+    def _drain(self) -> None:
+        pending, self._pending = self._pending, []
+        for future in pending:
+            future.exception()
+
+    def _async(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Handle:
+        if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+            return Handle(None, fn(*args, **kwargs))
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(1, "hpcdist-comm")
+        future = self._executor.submit(self._run, fn, *args, **kwargs)
+        self._pending.append(future)
+        return Handle(future)
+
+    def _run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return fn(*args, **kwargs)
+
+    def _sync(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if self._pending:
+            self._drain()
+        with self._lock:
+            return fn(*args, **kwargs)
+
+    # -- all-reduce ---------------------------------------------------------------------------
+
+    def _allreduce(
+        self, x: Any, op: ReduceOp | str, options: CommunicationOptions | None, in_place: bool
+    ) -> Any:
+        op = _OPS.get(op) or ReduceOp.parse(op)
+        opts = self._opts(options)
+        if type(x) is np.ndarray:
+            arr, back = x, None
+        else:
+            arr, back = to_host(x)
+        header, deadline = self._begin(
+            lambda seq: Header(seq, _ALLREDUCE, op.code, ord(arr.dtype.char), arr.shape), opts
+        )
+        error = check_reducible(arr.dtype, op) if arr.dtype.kind in "bc" else None
+        if in_place and error is None and not (type(x) is np.ndarray and x.flags.writeable):
+            error = (
+                f"allreduce_ works in place on writeable numpy arrays only, got {type(x).__name__}"
+            )
+        local_error = TypeError(f"rank {self.rank}: {error}") if error else None
+        return self._guard(
+            lambda: self._reduce(x, arr, back, op, opts, header, deadline, local_error, in_place)
+        )
+
+    def _reduce(
+        self,
+        x: Any,
+        arr: np.ndarray,
+        back: Callable[[np.ndarray], Any] | None,
+        op: ReduceOp,
+        opts: _Resolved,
+        header: Header,
+        deadline: Deadline,
+        local_error: Exception | None,
+        in_place: bool,
+    ) -> Any:
+        """Check, then reduce ``arr``; the shared body of every all-reduce."""
+        kind = arr.dtype.kind
+        compress = opts.compression if kind == "f" and op.code <= 2 else None
+        backend = self._ring if compress else self._choose(arr.nbytes, opts)
+        fused = (
+            backend is self._shm
+            and local_error is None
+            and self.num_nodes == 1
+            and self.size > 1
+            and self.settings.check_collectives
+        )
+        if not fused:
+            self._check(header, deadline, local_error)
+        contiguous = arr.flags.c_contiguous
+        flat = arr.reshape(-1) if contiguous else np.ascontiguousarray(arr).reshape(-1)
+        converted = kind == "b" or (arr.dtype.char == "e" and backend is not self._shm)
+        if converted:
+            src = dst = flat.view(np.uint8).copy() if kind == "b" else flat.astype(np.float32)
+        elif in_place and contiguous:
+            src = dst = flat
+        else:
+            src, dst = flat, np.empty_like(flat)
+        if self.size == 1 and not compress:
+            if src is not dst:
+                dst[:] = src
+        elif compress:
+            if src is not dst:
+                dst[:] = src
+            ring_allreduce(self._comm, dst, op, deadline, get_codec(compress))
+        else:
+            backend.allreduce(src, dst, op, header if fused else None, deadline)
+        if op is _MEAN:
+            if dst.dtype.kind in "fc":
+                dst /= self.size
+            else:
+                dst //= self.size
+        result = dst if arr.ndim == 1 else dst.reshape(arr.shape)
+        if converted:
+            result = result.view(np.bool_) if kind == "b" else result.astype(arr.dtype)
+        if in_place:
+            if dst is not flat or not contiguous:
+                arr[...] = result
+            return x
+        return result if back is None else back(result)
+
+    def allreduce(
+        self, x: Any, op: ReduceOp | str = ReduceOp.SUM, options: CommunicationOptions | None = None
+    ) -> Any:
+        """Reduce ``x`` over all ranks; every rank gets the result (a new array).
+
+        Args:
+            x: A numpy array (CuPy and ``__dlpack__`` arrays are accepted).
+            op: SUM, MEAN, MIN, MAX or PROD (MEAN of integers rounds down).
+            options: Overrides this communicator's options.
+
+        Returns:
+            The reduced array, of ``x``'s shape, dtype and array type.
+
+        Raises:
+            CollectiveMismatchError: Ranks passed different shapes, dtypes or ops (every rank).
+            DeadlineExceededError: Some ranks did not join within the deadline.
+            TypeError: An op that the dtype does not support (every rank raises).
+        """
+        return self._sync(self._allreduce, x, op, options, False)
+
+    def allreduce_(
+        self,
+        x: np.ndarray,
+        op: ReduceOp | str = ReduceOp.SUM,
+        options: CommunicationOptions | None = None,
+    ) -> np.ndarray:
+        """Reduce ``x`` in place over all ranks and return it."""
+        return self._sync(self._allreduce, x, op, options, True)
+
+    def allreduce_async(
+        self, x: Any, op: ReduceOp | str = ReduceOp.SUM, options: CommunicationOptions | None = None
+    ) -> Handle:
+        """Start `allreduce`; the handle's ``wait()`` returns the result."""
+        return self._async(self._allreduce, x, op, options, False)
+
+    def allreduce_async_(
+        self,
+        x: np.ndarray,
+        op: ReduceOp | str = ReduceOp.SUM,
+        options: CommunicationOptions | None = None,
+    ) -> Handle:
+        """Start `allreduce_`; ``x`` holds the result once the handle's ``wait()`` returns."""
+        return self._async(self._allreduce, x, op, options, True)
+
+    # -- fused all-reduce ---------------------------------------------------------------------
+
+    def _grouped(
+        self, xs: Sequence[Any], op: ReduceOp | str, options: CommunicationOptions | None
+    ) -> list[Any]:
+        op = _OPS.get(op) or ReduceOp.parse(op)
+        opts = self._opts(options)
+        hosts = [to_host(x) for x in xs]
+        arrays = [a for a, _ in hosts]
+        plan = fusion.plan_packs(arrays, opts.bytes_per_pack)
+        results: list[Any] = [None] * len(arrays)
+        layout = hash(tuple((ord(a.dtype.char), a.shape) for a in arrays)) & 0x3FFFFFFF
+        for indices in plan:
+            members = [arrays[i] for i in indices]
+            packed = fusion.pack(members)
+            header, deadline = self._begin(
+                lambda seq, p=packed: Header(
+                    seq, KINDS["grouped_allreduce"], op.code, ord(p.dtype.char), p.shape, layout
+                ),
+                opts,
+            )
+            error = check_reducible(packed.dtype, op)
+            local_error = TypeError(f"rank {self.rank}: {error}") if error else None
+            reduced = self._guard(
+                lambda p=packed, h=header, d=deadline, e=local_error: self._reduce(
+                    p, p, None, op, opts, h, d, e, True
+                )
+            )
+            for i, part in zip(indices, fusion.unpack(reduced, members), strict=True):
+                results[i] = hosts[i][1](part)
+        if not plan:
+            header, deadline = self._begin(
+                lambda seq: Header(seq, KINDS["grouped_allreduce"]), opts
+            )
+            self._guard(lambda: self._check(header, deadline))
+        return results
+
+    def grouped_allreduce(
+        self,
+        xs: Sequence[Any],
+        op: ReduceOp | str = ReduceOp.SUM,
+        options: CommunicationOptions | None = None,
+    ) -> list[Any]:
+        """All-reduce a list of arrays in few fused operations (tensor fusion).
+
+        Arrays are packed by dtype into buckets of about ``bytes_per_pack`` bytes (TF's rule),
+        one all-reduce per bucket.
+
+        Returns:
+            The reduced arrays, in order.
+        """
+        return self._sync(self._grouped, xs, op, options)
+
+    def grouped_allreduce_async(
+        self,
+        xs: Sequence[Any],
+        op: ReduceOp | str = ReduceOp.SUM,
+        options: CommunicationOptions | None = None,
+    ) -> Handle:
+        """Start `grouped_allreduce`."""
+        return self._async(self._grouped, xs, op, options)
+
+    # -- broadcast ----------------------------------------------------------------------------
+
+    def _broadcast(
+        self, x: Any, root: int, options: CommunicationOptions | None, in_place: bool
+    ) -> Any:
+        opts = self._opts(options)
+        arr, back = to_host(x)
+        header, deadline = self._begin(
+            lambda seq: Header(
+                seq, KINDS["broadcast"], 0, ord(arr.dtype.char), arr.shape, root + 1
+            ),
+            opts,
+        )
+        error = None
+        if not isinstance(root, (int, np.integer)) or not 0 <= root < self.size:
+            error = ValueError(
+                f"rank {self.rank}: broadcast root must be in [0, {self.size}), got {root!r}"
+            )
+        elif in_place and not (isinstance(x, np.ndarray) and x.flags.writeable):
+            error = TypeError(f"rank {self.rank}: broadcast_ needs a writeable numpy array")
+
+        def run() -> Any:
+            fused = self.num_nodes == 1 and error is None and self.settings.check_collectives
+            if not fused:
+                self._check(header, deadline, error)
+            buf = np.ascontiguousarray(arr).reshape(-1)
+            buf = buf if (in_place and np.shares_memory(buf, arr)) else buf.copy()
+            if self.size > 1:
+                backend = self._shm if self.num_nodes == 1 else self._mpi
+                backend.broadcast(buf, root, header if fused else None, deadline)
+            result = buf.reshape(arr.shape)
+            if in_place:
+                if not np.shares_memory(result, arr):
+                    arr[...] = result
+                return x
+            return back(result)
+
+        return self._guard(run)
+
+    def broadcast(self, x: Any, root: int = 0, options: CommunicationOptions | None = None) -> Any:
+        """Return rank ``root``'s ``x`` on every rank (``x`` has the same shape everywhere)."""
+        return self._sync(self._broadcast, x, root, options, False)
+
+    def broadcast_(
+        self, x: np.ndarray, root: int = 0, options: CommunicationOptions | None = None
+    ) -> np.ndarray:
+        """Overwrite ``x`` with rank ``root``'s ``x`` and return it."""
+        return self._sync(self._broadcast, x, root, options, True)
+
+    def broadcast_async(
+        self, x: Any, root: int = 0, options: CommunicationOptions | None = None
+    ) -> Handle:
+        """Start `broadcast`."""
+        return self._async(self._broadcast, x, root, options, False)
+
+    # -- all-gather, reduce-scatter, all-to-all ------------------------------------------------
+
+    def _allgather(self, x: Any, options: CommunicationOptions | None) -> Any:
+        opts = self._opts(options)
+        arr, back = to_host(x)
+        if arr.ndim == 0:
+            arr = arr.reshape(1)
+        header, deadline = self._begin(
+            lambda seq: Header(seq, KINDS["allgather"], 0, ord(arr.dtype.char), arr.shape[1:]),
+            opts,
+        )
+
+        def run() -> Any:
+            self._check(header, deadline)
+            rows = np.empty(self.size, dtype=np.int64)
+            request = self._comm.Iallgather(np.array([arr.shape[0]], dtype=np.int64), rows)
+            wait_request(request, deadline, False)
+            row = int(np.prod(arr.shape[1:], dtype=np.int64))
+            out = np.empty((int(rows.sum()), *arr.shape[1:]), dtype=arr.dtype)
+            counts = rows * row
+            displs = np.concatenate([[0], np.cumsum(counts)[:-1]])
+            send = np.ascontiguousarray(arr)
+            if arr.dtype.kind == "b":
+                send, recv = send.view(np.uint8), out.view(np.uint8)
+            else:
+                recv = out
+            request = self._comm.Iallgatherv(send, [recv, (counts, displs)])
+            wait_request(request, deadline, deadline.timeout is None)
+            return back(out)
+
+        return self._guard(run)
+
+    def allgather(self, x: Any, options: CommunicationOptions | None = None) -> Any:
+        """Concatenate every rank's ``x`` along the first axis (first dims may differ)."""
+        return self._sync(self._allgather, x, options)
+
+    def allgather_async(self, x: Any, options: CommunicationOptions | None = None) -> Handle:
+        """Start `allgather`."""
+        return self._async(self._allgather, x, options)
+
+    def _reduce_scatter(
+        self, x: Any, op: ReduceOp | str, options: CommunicationOptions | None
+    ) -> Any:
+        op = ReduceOp.parse(op)
+        opts = self._opts(options)
+        arr, back = to_host(x)
+        header, deadline = self._begin(
+            lambda seq: Header(
+                seq, KINDS["reduce_scatter"], op.code, ord(arr.dtype.char), arr.shape
+            ),
+            opts,
+        )
+        error = check_reducible(arr.dtype, op)
+        if error is None and arr.ndim == 0:
+            error = "reduce_scatter needs an array with at least one axis"
+        local_error = TypeError(f"rank {self.rank}: {error}") if error else None
+
+        def run() -> Any:
+            self._check(header, deadline, local_error)
+            wdtype = wire_dtype(arr.dtype, "mpi")
+            src = (
+                np.ascontiguousarray(arr, dtype=wdtype)
+                if arr.dtype.kind != "b"
+                else np.ascontiguousarray(arr).view(np.uint8)
+            )
+            base, extra = divmod(arr.shape[0], self.size)
+            rows = [base + (1 if i < extra else 0) for i in range(self.size)]
+            row = int(np.prod(arr.shape[1:], dtype=np.int64))
+            out = np.empty((rows[self.rank], *arr.shape[1:]), dtype=src.dtype)
+            counts = [r * row for r in rows]
+            request = self._comm.Ireduce_scatter(src, out, counts, op=op.mpi)
+            wait_request(request, deadline, deadline.timeout is None)
+            if op is ReduceOp.MEAN:
+                if out.dtype.kind in "fc":
+                    out /= self.size
+                else:
+                    out //= self.size
+            result = (
+                out.view(np.bool_) if arr.dtype.kind == "b" else out.astype(arr.dtype, copy=False)
+            )
+            return back(result)
+
+        return self._guard(run)
+
+    def reduce_scatter(
+        self, x: Any, op: ReduceOp | str = ReduceOp.SUM, options: CommunicationOptions | None = None
+    ) -> Any:
+        """Reduce ``x`` over ranks and return this rank's block of rows.
+
+        Rows are split as evenly as possible: the first ``dim0 % size`` ranks get one extra row.
+        """
+        return self._sync(self._reduce_scatter, x, op, options)
+
+    def reduce_scatter_async(
+        self, x: Any, op: ReduceOp | str = ReduceOp.SUM, options: CommunicationOptions | None = None
+    ) -> Handle:
+        """Start `reduce_scatter`."""
+        return self._async(self._reduce_scatter, x, op, options)
+
+    def _alltoall(
+        self, x: Any, splits: Sequence[int] | None, options: CommunicationOptions | None
+    ) -> Any:
+        opts = self._opts(options)
+        arr, back = to_host(x)
+        header, deadline = self._begin(
+            lambda seq: Header(seq, KINDS["alltoall"], 0, ord(arr.dtype.char), arr.shape[1:]),
+            opts,
+        )
+        error = None
+        if arr.ndim == 0:
+            error = ValueError(f"rank {self.rank}: alltoall needs an array with at least one axis")
+        elif splits is None:
+            if arr.shape[0] % self.size:
+                error = ValueError(
+                    f"rank {self.rank}: alltoall without splits needs dim 0 ({arr.shape[0]}) "
+                    f"divisible by the number of ranks ({self.size})"
+                )
+            else:
+                splits = [arr.shape[0] // self.size] * self.size
+        else:
+            splits = [int(s) for s in splits]
+            if (
+                len(splits) != self.size
+                or any(s < 0 for s in splits)
+                or sum(splits) != arr.shape[0]
+            ):
+                error = ValueError(
+                    f"rank {self.rank}: alltoall splits {splits} must be {self.size} non-negative "
+                    f"counts adding up to dim 0 ({arr.shape[0]})"
+                )
+
+        def run() -> Any:
+            self._check(header, deadline, error)
+            row = int(np.prod(arr.shape[1:], dtype=np.int64))
+            send_rows = np.asarray(splits, dtype=np.int64)
+            recv_rows = np.empty(self.size, dtype=np.int64)
+            wait_request(self._comm.Ialltoall(send_rows, recv_rows), deadline, False)
+            src = np.ascontiguousarray(arr)
+            out = np.empty((int(recv_rows.sum()), *arr.shape[1:]), dtype=arr.dtype)
+            s_counts, r_counts = send_rows * row, recv_rows * row
+            s_displs = np.concatenate([[0], np.cumsum(s_counts)[:-1]])
+            r_displs = np.concatenate([[0], np.cumsum(r_counts)[:-1]])
+            send, recv = (
+                (src.view(np.uint8), out.view(np.uint8)) if arr.dtype.kind == "b" else (src, out)
+            )
+            request = self._comm.Ialltoallv(
+                [send, (s_counts, s_displs)], [recv, (r_counts, r_displs)]
+            )
+            wait_request(request, deadline, deadline.timeout is None)
+            return back(out)
+
+        return self._guard(run)
+
+    def alltoall(
+        self,
+        x: Any,
+        splits: Sequence[int] | None = None,
+        options: CommunicationOptions | None = None,
+    ) -> Any:
+        """Send ``splits[i]`` rows of ``x`` to rank ``i``; return the rows received, by source rank.
+
+        Args:
+            x: Array whose first axis is split.
+            splits: Rows for each rank; default ``dim0 / size`` each.
+            options: Overrides this communicator's options.
+        """
+        return self._sync(self._alltoall, x, splits, options)
+
+    def alltoall_async(
+        self,
+        x: Any,
+        splits: Sequence[int] | None = None,
+        options: CommunicationOptions | None = None,
+    ) -> Handle:
+        """Start `alltoall`."""
+        return self._async(self._alltoall, x, splits, options)
+
+    # -- barrier and objects --------------------------------------------------------------------
+
+    def _barrier(self, options: CommunicationOptions | None) -> None:
+        opts = self._opts(options)
+        header, deadline = self._begin(lambda seq: Header(seq, KINDS["barrier"]), opts)
+
+        def run() -> None:
+            if self.size == 1:
+                return
+            if self.num_nodes == 1:
+                self._shm.barrier(header if self.settings.check_collectives else None, deadline)
+            elif self.settings.check_collectives:
+                self._check(header, deadline)
+            else:
+                wait_request(self._comm.Ibarrier(), deadline, False)
+
+        self._guard(run)
+
+    def barrier(self, options: CommunicationOptions | None = None) -> None:
+        """Wait until every rank has called `barrier`."""
+        self._sync(self._barrier, options)
+
+    def _object(self, kind: str, obj: Any, root: int, options: CommunicationOptions | None) -> Any:
+        opts = self._opts(options)
+        header, deadline = self._begin(lambda seq: Header(seq, KINDS[kind], extra=root + 1), opts)
+        error = None
+        if not 0 <= root < self.size:
+            error = ValueError(f"rank {self.rank}: root must be in [0, {self.size}), got {root}")
+
+        def run() -> Any:
+            if self.size == 1 and error is None:
+                return [obj] if kind == "allgather_object" else obj
+            self._check(header, deadline, error)
+            if kind == "allgather_object":
+                return self._pkl.allgather(obj)
+            return self._pkl.bcast(obj, root=root)
+
+        return self._guard(run)
+
+    def allgather_object(self, obj: Any, options: CommunicationOptions | None = None) -> list[Any]:
+        """Return the list of every rank's picklable ``obj`` (large objects via ``pkl5``)."""
+        return self._sync(self._object, "allgather_object", obj, 0, options)
+
+    def broadcast_object(
+        self, obj: Any, root: int = 0, options: CommunicationOptions | None = None
+    ) -> Any:
+        """Return rank ``root``'s picklable ``obj`` on every rank."""
+        return self._sync(self._object, "broadcast_object", obj, root, options)
+
+    # -- lifetime -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release windows and communicators (collective). The communicator is unusable after."""
+        self._drain()
+        if self._executor is not None:
+            self._executor.shutdown()
+        if self._board is not None:
+            self._board.free()
+        self._shm.close()
+        for comm in (self._leader_comm, self._node_comm, self._comm):
+            if comm != MPI.COMM_NULL:
+                comm.Free()
+        self._broken = "closed"
+
+
+_world: Communicator | None = None
+
+
+def world() -> Communicator:
+    """Return hpcdist's world communicator (created on first call; collective then).
+
+    On more than one rank this also installs the abort-on-exception hook (see `hpcdist.abort`)
+    unless ``HPCDIST_ABORT_ON_EXCEPTION=0``.
+    """
+    global _world
+    if _world is None:
+        _world = Communicator()
+        atexit.register(_close_world)
+        if _world.size > 1 and _world.settings.abort_on_exception:
+            abort.install()
+    return _world
+
+
+def _close_world() -> None:
+    """Free the world communicator's windows before MPI finalises (skipped after a failure)."""
+    global _world
+    if _world is not None and _world._broken is None and not MPI.Is_finalized():
+        _world.close()
+    _world = None

@@ -1,0 +1,77 @@
+"""Tensor fusion: group many small tensors into few large all-reduces.
+
+The packing rule is TensorFlow's (``group_by_size``): walk the tensors in order and start a new
+pack once the current pack holds more than ``bytes_per_pack`` bytes, so packs err on the side of
+few and large. Tensors of different dtypes never share a pack (their order within a dtype is
+kept). ``bytes_per_pack=0`` puts all tensors of a dtype in one pack.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["group_by_size", "pack", "plan_packs", "unpack"]
+
+
+def group_by_size(sizes: Sequence[int], bytes_per_pack: int) -> list[list[int]]:
+    """Return index groups of tensors with byte sizes ``sizes`` (TF's rule).
+
+    Args:
+        sizes: Byte size of each tensor, in order.
+        bytes_per_pack: Threshold; 0 means one pack.
+
+    Returns:
+        Lists of indices, one per pack, in order.
+    """
+    if not sizes:
+        return []
+    if bytes_per_pack == 0:
+        return [list(range(len(sizes)))]
+    packs: list[list[int]] = []
+    last = 0
+    for i, size in enumerate(sizes):
+        if not packs or last > bytes_per_pack:
+            packs.append([])
+            last = 0
+        packs[-1].append(i)
+        last += size
+    return packs
+
+
+def plan_packs(arrays: Sequence[np.ndarray], bytes_per_pack: int) -> list[list[int]]:
+    """Group arrays by dtype (first-seen order), then by size within each dtype.
+
+    Returns:
+        Lists of indices into ``arrays``; each list shares one dtype.
+    """
+    by_dtype: dict[np.dtype, list[int]] = {}
+    for i, a in enumerate(arrays):
+        by_dtype.setdefault(a.dtype, []).append(i)
+    plan = []
+    for indices in by_dtype.values():
+        groups = group_by_size([arrays[i].nbytes for i in indices], bytes_per_pack)
+        plan.extend([indices[j] for j in group] for group in groups)
+    return plan
+
+
+def pack(arrays: Sequence[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
+    """Concatenate the flattened arrays into one 1-D buffer."""
+    total = sum(a.size for a in arrays)
+    if out is None:
+        out = np.empty(total, dtype=arrays[0].dtype)
+    offset = 0
+    for a in arrays:
+        out[offset : offset + a.size] = a.reshape(-1)
+        offset += a.size
+    return out
+
+
+def unpack(buffer: np.ndarray, like: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Split a packed buffer into arrays shaped like ``like`` (views of ``buffer``)."""
+    out, offset = [], 0
+    for a in like:
+        out.append(buffer[offset : offset + a.size].reshape(a.shape))
+        offset += a.size
+    return out

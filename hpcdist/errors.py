@@ -1,0 +1,64 @@
+"""Errors raised by hpcdist (API section 8).
+
+Every error that involves several ranks says which ranks, which operation and what each rank
+sent, so that a failure on a large job can be read from any one rank's log.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CancelledError",
+    "ClusterConfigError",
+    "CollectiveMismatchError",
+    "DeadlineExceededError",
+    "HpcdistError",
+    "UnavailableError",
+    "WorkerPreemptedError",
+]
+
+
+class HpcdistError(Exception):
+    """Base class of every error hpcdist raises on purpose."""
+
+
+class DeadlineExceededError(HpcdistError, TimeoutError):
+    """A collective did not complete within `timeout_seconds`.
+
+    Attributes:
+        missing_ranks: The ranks that had not joined the collective when the deadline passed
+            (empty when they could not be determined).
+    """
+
+    def __init__(self, message: str, missing_ranks: tuple[int, ...] = ()) -> None:
+        super().__init__(message)
+        self.missing_ranks = tuple(missing_ranks)
+
+
+class CollectiveMismatchError(HpcdistError, ValueError):
+    """Ranks called different collectives, or the same one with different shapes or dtypes.
+
+    Raised on every rank of the communicator, with the same message everywhere.
+
+    Attributes:
+        descriptions: What each rank sent, indexed by rank.
+    """
+
+    def __init__(self, message: str, descriptions: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.descriptions = tuple(descriptions)
+
+
+class UnavailableError(HpcdistError, RuntimeError):
+    """A resource (a communicator, a worker, a device) can no longer be used."""
+
+
+class CancelledError(HpcdistError):
+    """An operation was cancelled before it ran, because an earlier one failed."""
+
+
+class WorkerPreemptedError(HpcdistError):
+    """The worker running a scheduled function was preempted; the function is retried."""
+
+
+class ClusterConfigError(HpcdistError, ValueError):
+    """The cluster description (Slurm variables, `TF_CONFIG`, a hostlist, jobs) is invalid."""

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The whole test suite: lint, unit and integration tests, then the MPI tests at 2, 3 and 4 ranks
+# and once more on 4 ranks split into 2 fake nodes (the hierarchical path). Every MPI run is
+# bounded by `timeout`, so a hang fails with a message instead of stalling.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+venv=$(bash scripts/venv.sh)
+export PATH="$venv/bin:$PATH"
+unset HPCDIST_RANKS_PER_NODE
+export PYTHONDONTWRITEBYTECODE=1 HPCDIST_TIMEOUT_SECONDS=${HPCDIST_TIMEOUT_SECONDS:-60}
+limit=${MPI_TEST_LIMIT:-600}
+
+bounded() {  # bounded LABEL CMD...: run CMD under the wall-clock limit, name the hang if any
+  local label=$1; shift
+  local rc=0
+  timeout --kill-after=10 "$limit" "$@" || rc=$?
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    echo "FAILED: $label did not finish within ${limit}s (hang?)" >&2
+  fi
+  return $rc
+}
+
+echo "== ruff"
+ruff check .
+echo "== unit and integration tests (1 process, jobs launched with timeouts)"
+bounded "unit+integration" python -m pytest -q -p no:cacheprovider tests/unit tests/integration
+for n in 2 3 4; do
+  echo "== MPI tests on $n ranks"
+  bounded "mpiexec -n $n" mpiexec -n "$n" bash tests/mpi_pytest.sh -q tests/mpi
+done
+echo "== MPI tests on 4 ranks in 2 fake nodes (HPCDIST_RANKS_PER_NODE=2)"
+HPCDIST_RANKS_PER_NODE=2 bounded "mpiexec -n 4 (2 nodes)" \
+  mpiexec -n 4 bash tests/mpi_pytest.sh -q tests/mpi
