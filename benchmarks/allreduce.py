@@ -78,6 +78,12 @@ def main() -> None:
     raw_loop = time_collective(
         lambda: [raw.Allreduce(t, np.empty_like(t)) for t in tensors], raw, budget_s=1.0
     )
+    sweep = {}
+    for pack in (64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 0):
+        opts = hd.CommunicationOptions(bytes_per_pack=pack)
+        sweep[str(pack)] = time_collective(
+            lambda o=opts: comm.grouped_allreduce(tensors, options=o), raw, budget_s=0.5
+        )
     result = {
         "benchmark": "allreduce",
         "ranks": n,
@@ -94,6 +100,7 @@ def main() -> None:
             "raw_loop_s": raw_loop,
             "speedup_vs_loop": loop / fused,
             "speedup_vs_raw_loop": raw_loop / fused,
+            "bytes_per_pack_sweep_s": sweep,
         },
     }
     emit(result, args.out)
