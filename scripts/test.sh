@@ -23,6 +23,7 @@ bounded() {  # bounded LABEL CMD...: run CMD under the wall-clock limit, name th
 
 echo "== ruff"
 ruff check .
+ruff format --check .
 echo "== unit and integration tests (1 process, jobs launched with timeouts)"
 bounded "unit+integration" python -m pytest -q -p no:cacheprovider tests/unit tests/integration
 for n in 2 3 4; do

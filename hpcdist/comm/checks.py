@@ -24,6 +24,7 @@ __all__ = [
     "ArrivalBoard",
     "Deadline",
     "Header",
+    "fingerprint",
     "mismatch_error",
     "verify_headers",
 ]
@@ -86,7 +87,7 @@ class Header:
 
     def fingerprint(self) -> int:
         """A 62-bit hash of the header (deterministic across processes: ints only)."""
-        return hash(self.words) & ((1 << 62) - 1)
+        return fingerprint(self.seq, self.kind, self.op, self.words[3], self.shape, self.extra)
 
     def replace_extra(self, extra: int) -> Header:
         """Return a copy with another ``extra`` word."""
@@ -113,6 +114,18 @@ class Header:
 
 
 _PAD = [(0,) * (HEADER_WORDS - 6 - k) for k in range(HEADER_WORDS - 5)]
+_MASK = (1 << 62) - 1
+
+
+def fingerprint(
+    seq: int, kind: int, op: int, dtype_char: int, shape: tuple[int, ...], extra: int = 0
+) -> int:
+    """The 62-bit fingerprint of a header, computed without building one (hot path).
+
+    Only ints and tuples of ints are hashed, so the value is the same in every process
+    (``PYTHONHASHSEED`` randomises only str and bytes hashes).
+    """
+    return hash((seq, kind, op, dtype_char, extra, shape)) & _MASK
 
 
 def mismatch_error(
@@ -152,9 +165,10 @@ class Deadline:
         stall_warning: Seconds before a warning naming the missing ranks; None never.
         header: The collective (for messages).
         board: Where ranks publish their progress, to name the missing ones; None if unknown.
+        seq: Sequence number of the collective, when no header is given.
     """
 
-    __slots__ = ("_warned", "board", "header", "stall_warning", "start", "timeout")
+    __slots__ = ("_warned", "board", "header", "seq", "stall_warning", "start", "timeout")
 
     #: Iterations spent spinning before yielding the processor.
     SPINS = 200
@@ -165,23 +179,27 @@ class Deadline:
         stall_warning: float | None,
         header: Header | None = None,
         board: ArrivalBoard | None = None,
+        seq: int | None = None,
     ) -> None:
         self.start: float | None = None  # set at the first slow poll: spinning is not waiting
         self.timeout = timeout
         self.stall_warning = stall_warning
         self.header = header
         self.board = board
+        self.seq = header.seq if seq is None and header is not None else seq
         self._warned = False
 
     def what(self) -> str:
         """The collective, for messages."""
-        return self.header.describe() if self.header is not None else "collective"
+        if self.header is not None:
+            return self.header.describe()
+        return f"collective #{self.seq}" if self.seq is not None else "collective"
 
     def missing(self) -> list[int]:
         """The ranks that have not entered this collective (empty if unknown)."""
-        if self.board is None or self.header is None:
+        if self.board is None or self.seq is None:
             return []
-        return self.board.behind(self.header.seq)
+        return self.board.behind(self.seq)
 
     def wait(self, done: Callable[[], bool]) -> None:
         """Return once ``done()`` is true.

@@ -32,6 +32,7 @@ from hpcdist.comm import fusion
 from hpcdist.comm.arrays import check_reducible, to_host, wire_dtype
 from hpcdist.comm.backend import Backend
 from hpcdist.comm.checks import (
+    _MASK,
     KINDS,
     ArrivalBoard,
     Deadline,
@@ -56,6 +57,11 @@ _MEAN = ReduceOp.MEAN
 _OPS: dict[Any, ReduceOp] = {op: op for op in ReduceOp}
 _OPS.update({op.name: op for op in ReduceOp})
 _OPS.update({op.name.lower(): op for op in ReduceOp})
+# dtype characters the one-barrier hot path reduces directly (numeric, not bool or complex)
+_FAST_CHARS = frozenset("efdbBhHiIlLqQ")
+# op or name -> (op, code, ufunc) for the hot path (enum properties cost a lookup each)
+_SMALL_OPS = {key: (op, op.code, op.ufunc) for key, op in _OPS.items()}
+_SHM_IMPLS = (CommunicationImplementation.AUTO, CommunicationImplementation.SHM)
 
 
 class _Resolved(NamedTuple):
@@ -128,6 +134,14 @@ class Communicator:
             self._node_comm, chunk_bytes=self.settings.shm_chunk_bytes, ranks=node_ranks
         )
         self._mpi = MpiBackend(self._comm)
+        default = self._opts(None)
+        self._small_deadline = Deadline(default.timeout, self._stall, None, self._board, 0)
+        self._fast = (
+            self.size > 1
+            and self.num_nodes == 1
+            and self.settings.check_collectives
+            and self.settings.shm_min_bytes == 0
+        )
         self._ring = RingBackend(self._comm)
         self._hier = HierarchicalBackend(self._comm, self._node_comm, self._leader_comm, self._shm)
 
@@ -385,7 +399,58 @@ class Communicator:
             DeadlineExceededError: Some ranks did not join within the deadline.
             TypeError: An op that the dtype does not support (every rank raises).
         """
+        if self._fast and type(x) is np.ndarray and not self._pending:
+            opts = self._opts(options)
+            if opts.compression is None and opts.implementation in _SHM_IMPLS:
+                result = self._allreduce_small(x, op, opts.timeout)
+                if result is not None:
+                    return result
         return self._sync(self._allreduce, x, op, options, False)
+
+    def _allreduce_small(
+        self, x: np.ndarray, op: ReduceOp | str, timeout: float | None
+    ) -> np.ndarray | None:
+        """One-barrier shared-memory all-reduce of a small contiguous array, or None if not one.
+
+        The same protocol as the general path (fingerprint in the shared-memory barrier), with
+        the Python work per call cut to the minimum: small messages are latency-bound.
+        """
+        spec = _SMALL_OPS.get(op)
+        dtype = x.dtype
+        shm = self._shm
+        if (
+            spec is None
+            or dtype.char not in _FAST_CHARS
+            or x.nbytes > shm.direct_bytes
+            or self._broken is not None
+            or not x.flags.c_contiguous
+        ):
+            return None
+        op, code, ufunc = spec
+        seq = self._seq = self._seq + 1
+        self._board.mine[0] = seq
+        shape = x.shape
+        print_ = hash((seq, _ALLREDUCE, code, ord(dtype.char), 0, shape)) & _MASK
+        deadline = self._small_deadline
+        deadline.start, deadline.seq, deadline._warned = None, seq, False
+        deadline.timeout = timeout
+        try:
+            out = shm.allreduce_small(
+                x,
+                ufunc,
+                print_,
+                lambda: Header(seq, _ALLREDUCE, code, ord(dtype.char), shape),
+                deadline,
+            )
+        except DeadlineExceededError as exc:
+            self._broken = f"{type(exc).__name__}: {exc}"
+            raise
+        if op is _MEAN:
+            if dtype.kind == "f":
+                out /= self.size
+            else:
+                out //= self.size
+        return out
 
     def allreduce_(
         self,

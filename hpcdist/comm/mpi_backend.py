@@ -31,9 +31,22 @@ class MpiBackend:
 
     name = "mpi"
 
+    #: From this size on, data is reduced in a long-lived scratch buffer: MPI libraries
+    #: register (pin) large buffers with the network layer and cache the registration, so a
+    #: fresh output array per call would pay the registration every time (measured 4-5x slower
+    #: at 1-4 MiB with the MPICH wheel). Two memory copies are far cheaper.
+    SCRATCH_MIN_BYTES = 64 << 10
+
     def __init__(self, comm: MPI.Intracomm, ranks: Sequence[int] | None = None) -> None:
         self.comm = comm
         self.ranks = list(range(comm.Get_size())) if ranks is None else list(ranks)
+        self._scratch = np.empty(0, dtype=np.uint8)
+
+    def scratch(self, like: np.ndarray) -> np.ndarray:
+        """A reusable buffer with ``like``'s dtype and size (grown when needed)."""
+        if self._scratch.nbytes < like.nbytes:
+            self._scratch = np.empty(like.nbytes, dtype=np.uint8)
+        return self._scratch[: like.nbytes].view(like.dtype)
 
     def allreduce(
         self,
@@ -46,6 +59,12 @@ class MpiBackend:
         """Reduce with the MPI library (in place when ``src is dst``)."""
         if header is not None:
             verify_headers(self.comm, header, deadline, self.ranks)
+        if src is not dst and dst.nbytes >= self.SCRATCH_MIN_BYTES:
+            work = self.scratch(dst)
+            np.copyto(work, src)
+            self.allreduce(work, work, op, None, deadline)
+            np.copyto(dst, work)
+            return
         sendbuf = MPI.IN_PLACE if src is dst else src
         if header is not None or deadline.timeout is None:
             # Every rank is known to be here (or no deadline applies): a blocking call is

@@ -3,7 +3,8 @@
 Layout of the segment (allocated by local rank 0, mapped by every rank of the node)::
 
     flags    n x 64 B        phase counter of each rank (one cache line each)
-    headers  2 x n x 96 B    collective headers, double-buffered by phase parity
+    prints   2 x n x 64 B    header fingerprint of each rank, double-buffered by phase parity
+    headers  2 x n x 96 B    full headers, written only to describe a mismatch
     slots    2 x n x C B     each rank's input chunk, double-buffered by phase parity
     result   2 x C B         reduced chunk, double-buffered by phase parity
 
@@ -19,14 +20,15 @@ chunk into the result buffer and every rank copies the whole reduced chunk out a
 barrier. The chunks stay in cache, so main memory sees each input once and each output once,
 against several copies through MPI's eager and rendezvous buffers.
 
-The header check rides on the first barrier: each rank writes its header next to its data and,
-after the barrier, compares all headers; on a mismatch every rank raises the same error and the
+The header check rides on the first barrier: each rank writes its header's fingerprint next to
+its data and, after the barrier, compares all fingerprints. On a mismatch, which every rank sees,
+the ranks spend one more phase exchanging their full headers, then all raise the same error; the
 phase counters stay in step, so the communicator remains usable.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from mpi4py import MPI
@@ -65,7 +67,8 @@ class ShmBackend:
         self.chunk = max(_LINE, chunk_bytes // _LINE * _LINE)
         self.direct_bytes = min(direct_bytes, self.chunk)
         header_bytes = HEADER_WORDS * 8
-        off_headers = n * _LINE
+        off_prints = n * _LINE
+        off_headers = off_prints + 2 * n * _LINE
         off_slots = off_headers + 2 * n * header_bytes
         off_slots = -(-off_slots // 4096) * 4096
         off_result = off_slots + 2 * n * self.chunk
@@ -73,13 +76,16 @@ class ShmBackend:
         self.win = MPI.Win.Allocate_shared(total if self.me == 0 else 0, 1, comm=comm)
         buf, _ = self.win.Shared_query(0)
         mem = np.frombuffer(buf, dtype=np.uint8, count=total)
-        self.flags = mem[:off_headers].view(np.int64)[:: _LINE // 8]
+        self.flags = mem[:off_prints].view(np.int64)[:: _LINE // 8]
+        prints = mem[off_prints:off_headers].view(np.int64).reshape(2, n, _LINE // 8)
+        self.prints = [prints[0, :, 0], prints[1, :, 0]]
         self.headers = mem[off_headers : off_headers + 2 * n * header_bytes].view(np.int64)
         self.headers = self.headers.reshape(2, n, HEADER_WORDS)
         self.slots = mem[off_slots:off_result].reshape(2, n, self.chunk)
         self.result = mem[off_result:total].reshape(2, self.chunk)
         self.others = [r for r in range(n) if r != self.me]
         self.phase = 0
+        self._views: dict[tuple[int, str, int], list[np.ndarray]] = {}
         self.win.Lock_all(MPI.MODE_NOCHECK)
         if self.me == 0:
             self.flags[:] = 0
@@ -102,16 +108,77 @@ class ShmBackend:
 
     def _post_header(self, header: Header | None) -> None:
         if header is not None:
-            self.headers[(self.phase + 1) % 2, self.me] = header.words
+            self.prints[(self.phase + 1) & 1][self.me] = header.fingerprint()
 
-    def _check_headers(self, header: Header | None) -> None:
+    def _check_headers(self, header: Header | None, deadline: Deadline) -> None:
         if header is None:
             return
-        table = self.headers[self.phase % 2]
-        first = table[0].tobytes()
-        for r in range(1, self.n):
-            if table[r].tobytes() != first:
-                raise mismatch_error(table.copy(), self.ranks)
+        prints = self.prints[self.phase & 1]
+        mine = prints[self.me]
+        for r in self.others:
+            if prints[r] != mine:
+                self._raise_mismatch(header, deadline)
+
+    def _raise_mismatch(self, header: Header, deadline: Deadline) -> None:
+        """Every rank saw the fingerprints differ: exchange full headers, raise everywhere."""
+        self.headers[(self.phase + 1) & 1, self.me] = header.words
+        self._barrier(deadline)
+        raise mismatch_error(self.headers[self.phase & 1].copy(), self.ranks)
+
+    def typed_slots(self, b: int, dtype: np.dtype, count: int) -> list[np.ndarray]:
+        """Typed views of the first ``count`` elements of every rank's slot in buffer ``b``."""
+        key = (b, dtype.char, count)
+        views = self._views.get(key)
+        if views is None:
+            if len(self._views) > 512:
+                self._views.clear()
+            nbytes = count * dtype.itemsize
+            views = [self.slots[b, r, :nbytes].view(dtype) for r in range(self.n)]
+            self._views[key] = views
+        return views
+
+    def allreduce_small(
+        self,
+        x: np.ndarray,
+        ufunc: np.ufunc,
+        print_: int,
+        header: Callable[[], Header],
+        deadline: Deadline,
+    ) -> np.ndarray:
+        """Hot path: reduce a contiguous array of at most ``direct_bytes`` into a new array.
+
+        Args:
+            x: The input (contiguous, on every rank the same size if the check passes).
+            ufunc: The reduction.
+            print_: Fingerprint of this rank's header.
+            header: Builds the full header, called only to describe a mismatch.
+            deadline: Bounds the wait.
+        """
+        b = (self.phase + 1) & 1
+        me = self.me
+        prints = self.prints[b]
+        prints[me] = print_
+        views = self._views.get((b, x.dtype.char, x.size))
+        if views is None:
+            views = self.typed_slots(b, x.dtype, x.size)
+        np.copyto(views[me], x if x.ndim == 1 else x.reshape(-1))
+        # self._barrier(deadline), inlined: this is the latency-critical path.
+        self.phase = phase = self.phase + 1
+        flags = self.flags
+        self.win.Sync()
+        flags[me] = phase
+        for r in self.others:
+            if flags[r] < phase:
+                deadline.wait(lambda r=r: flags[r] >= phase)
+        self.win.Sync()
+        for r in self.others:
+            if prints[r] != print_:
+                self._raise_mismatch(header(), deadline)
+        out = np.empty_like(views[me])
+        ufunc(views[0], views[1], out=out)
+        for r in range(2, self.n):
+            ufunc(out, views[r], out=out)
+        return out if x.ndim == 1 else out.reshape(x.shape)
 
     # -- collectives ----------------------------------------------------------------------------
 
@@ -141,19 +208,19 @@ class ShmBackend:
         header: Header | None,
         deadline: Deadline,
     ) -> None:
-        nbytes, dtype = src.nbytes, src.dtype
+        dtype = src.dtype
         b = (self.phase + 1) % 2
         self._post_header(header)
-        slots = self.slots[b]
-        slots[self.me, :nbytes].view(dtype)[:] = src
+        self.typed_slots(b, dtype, src.size)[self.me][:] = src
         self._barrier(deadline)
-        self._check_headers(header)
+        self._check_headers(header, deadline)
         if src.size == 0:
             return
+        views = self.typed_slots(b, dtype, src.size)
         ufunc = op.ufunc
-        ufunc(slots[0, :nbytes].view(dtype), slots[1, :nbytes].view(dtype), out=dst)
+        ufunc(views[0], views[1], out=dst)
         for r in range(2, self.n):
-            ufunc(dst, slots[r, :nbytes].view(dtype), out=dst)
+            ufunc(dst, views[r], out=dst)
 
     def _allreduce_pipelined(
         self,
@@ -177,7 +244,7 @@ class ShmBackend:
             self.slots[b, self.me, : m * itemsize].view(dtype)[:] = src[lo:hi]
             self._barrier(deadline)
             if lo == 0:
-                self._check_headers(header)
+                self._check_headers(header, deadline)
             if pending is not None:
                 self._copy_out(dst, *pending)
             share = -(-m // self.n)
@@ -212,7 +279,7 @@ class ShmBackend:
                 self.slots[b, root, : (hi - lo) * itemsize].view(dtype)[:] = buf[lo:hi]
             self._barrier(deadline)
             if lo == 0:
-                self._check_headers(header)
+                self._check_headers(header, deadline)
             if self.me != root:
                 buf[lo:hi] = self.slots[b, root, : (hi - lo) * itemsize].view(dtype)
 
@@ -220,7 +287,7 @@ class ShmBackend:
         """One phase of the segment's barrier (with the header check)."""
         self._post_header(header)
         self._barrier(deadline)
-        self._check_headers(header)
+        self._check_headers(header, deadline)
 
     def close(self) -> None:
         """Release the segment (collective)."""
