@@ -408,12 +408,17 @@ class Communicator:
         return self._sync(self._allreduce, x, op, options, False)
 
     def _allreduce_small(
-        self, x: np.ndarray, op: ReduceOp | str, timeout: float | None
+        self,
+        x: np.ndarray,
+        op: ReduceOp | str,
+        timeout: float | None,
+        out: np.ndarray | None = None,
     ) -> np.ndarray | None:
         """One-barrier shared-memory all-reduce of a small contiguous array, or None if not one.
 
         The same protocol as the general path (fingerprint in the shared-memory barrier), with
-        the Python work per call cut to the minimum: small messages are latency-bound.
+        the Python work per call cut to the minimum: small messages are latency-bound. With
+        ``out`` (``x`` itself for ``allreduce_``) the result is written there.
         """
         spec = _SMALL_OPS.get(op)
         dtype = x.dtype
@@ -459,6 +464,12 @@ class Communicator:
         options: CommunicationOptions | None = None,
     ) -> np.ndarray:
         """Reduce ``x`` in place over all ranks and return it."""
+        if self._fast and type(x) is np.ndarray and not self._pending and x.flags.writeable:
+            opts = self._opts(options)
+            if opts.compression is None and opts.implementation in _SHM_IMPLS:
+                result = self._allreduce_small(x, op, opts.timeout, out=x)
+                if result is not None:
+                    return result
         return self._sync(self._allreduce, x, op, options, True)
 
     def allreduce_async(

@@ -144,6 +144,7 @@ class ShmBackend:
         print_: int,
         header: Callable[[], Header],
         deadline: Deadline,
+        out: np.ndarray | None = None,
     ) -> np.ndarray:
         """Hot path: reduce a contiguous array of at most ``direct_bytes`` into a new array.
 
@@ -153,6 +154,7 @@ class ShmBackend:
             print_: Fingerprint of this rank's header.
             header: Builds the full header, called only to describe a mismatch.
             deadline: Bounds the wait.
+            out: Where to write the result (may be ``x``); a new array by default.
         """
         b = (self.phase + 1) & 1
         me = self.me
@@ -174,11 +176,13 @@ class ShmBackend:
         for r in self.others:
             if prints[r] != print_:
                 self._raise_mismatch(header(), deadline)
-        out = np.empty_like(views[me])
-        ufunc(views[0], views[1], out=out)
+        result = np.empty_like(views[me]) if out is None else out.reshape(-1)
+        ufunc(views[0], views[1], out=result)
         for r in range(2, self.n):
-            ufunc(out, views[r], out=out)
-        return out if x.ndim == 1 else out.reshape(x.shape)
+            ufunc(result, views[r], out=result)
+        if out is not None:
+            return out
+        return result if x.ndim == 1 else result.reshape(x.shape)
 
     # -- collectives ----------------------------------------------------------------------------
 
