@@ -88,15 +88,26 @@ class ClusterResolver(abc.ABC):
     def cluster_spec(self) -> ClusterSpec:
         """Return the current cluster description."""
 
-    @property
-    @abc.abstractmethod
-    def task_type(self) -> str | None:
-        """This process's job name."""
+    _task_type: str | None = None
+    _task_id: int | None = None
 
     @property
-    @abc.abstractmethod
+    def task_type(self) -> str | None:
+        """This process's job name (assignable, as in TF)."""
+        return self._task_type
+
+    @task_type.setter
+    def task_type(self, value: str | None) -> None:
+        self._task_type = value
+
+    @property
     def task_id(self) -> int | None:
-        """This process's index within its job."""
+        """This process's index within its job (assignable, as in TF)."""
+        return self._task_id
+
+    @task_id.setter
+    def task_id(self, value: int | None) -> None:
+        self._task_id = value
 
     @property
     @abc.abstractmethod

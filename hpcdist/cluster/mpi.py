@@ -47,24 +47,6 @@ class MPIClusterResolver(ClusterResolver):
         return ClusterSpec(self._spec)
 
     @property
-    def task_type(self) -> str | None:
-        """This rank's job name."""
-        return self._task_type
-
-    @task_type.setter
-    def task_type(self, value: str | None) -> None:
-        self._task_type = value
-
-    @property
-    def task_id(self) -> int | None:
-        """This rank's index within its job."""
-        return self._task_id
-
-    @task_id.setter
-    def task_id(self, value: int | None) -> None:
-        self._task_id = value
-
-    @property
     def rank(self) -> int:
         """Rank in the communicator."""
         return self._layout.rank

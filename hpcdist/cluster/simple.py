@@ -56,24 +56,6 @@ class SimpleClusterResolver(ClusterResolver):
         return self._spec
 
     @property
-    def task_type(self) -> str | None:
-        """The job given."""
-        return self._task_type
-
-    @task_type.setter
-    def task_type(self, value: str | None) -> None:
-        self._task_type = value
-
-    @property
-    def task_id(self) -> int | None:
-        """The task index given."""
-        return self._task_id
-
-    @task_id.setter
-    def task_id(self, value: int | None) -> None:
-        self._task_id = value
-
-    @property
     def rank(self) -> int:
         """The rank given, else the task's position in sorted job order."""
         if self._rank is not None:

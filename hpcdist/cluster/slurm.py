@@ -187,24 +187,6 @@ class SlurmClusterResolver(ClusterResolver):
         return ClusterSpec(spec)
 
     @property
-    def task_type(self) -> str | None:
-        """This task's job name."""
-        return self._task_type
-
-    @task_type.setter
-    def task_type(self, value: str | None) -> None:
-        self._task_type = value
-
-    @property
-    def task_id(self) -> int | None:
-        """This task's index within its job."""
-        return self._task_id
-
-    @task_id.setter
-    def task_id(self, value: int | None) -> None:
-        self._task_id = value
-
-    @property
     def rank(self) -> int:
         """``SLURM_PROCID``."""
         return self._rank
