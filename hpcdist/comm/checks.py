@@ -168,7 +168,16 @@ class Deadline:
         seq: Sequence number of the collective, when no header is given.
     """
 
-    __slots__ = ("_warned", "board", "header", "seq", "stall_warning", "start", "timeout")
+    __slots__ = (
+        "_warned",
+        "board",
+        "header",
+        "header_fn",
+        "seq",
+        "stall_warning",
+        "start",
+        "timeout",
+    )
 
     #: Iterations spent spinning before yielding the processor.
     SPINS = 200
@@ -187,10 +196,13 @@ class Deadline:
         self.header = header
         self.board = board
         self.seq = header.seq if seq is None and header is not None else seq
+        self.header_fn: Callable[[], Header] | None = None  # builds the header lazily
         self._warned = False
 
     def what(self) -> str:
         """The collective, for messages."""
+        if self.header is None and self.header_fn is not None:
+            self.header = self.header_fn()
         if self.header is not None:
             return self.header.describe()
         return f"collective #{self.seq}" if self.seq is not None else "collective"

@@ -136,12 +136,8 @@ class Communicator:
         self._mpi = MpiBackend(self._comm)
         default = self._opts(None)
         self._small_deadline = Deadline(default.timeout, self._stall, None, self._board, 0)
-        self._fast = (
-            self.size > 1
-            and self.num_nodes == 1
-            and self.settings.check_collectives
-            and self.settings.shm_min_bytes == 0
-        )
+        self._fast = self.size > 1 and self.num_nodes == 1 and self.settings.shm_min_bytes == 0
+        self._checks = self.settings.check_collectives
         self._ring = RingBackend(self._comm)
         self._hier = HierarchicalBackend(self._comm, self._node_comm, self._leader_comm, self._shm)
 
@@ -435,18 +431,16 @@ class Communicator:
         seq = self._seq = self._seq + 1
         self._board.mine[0] = seq
         shape = x.shape
-        print_ = hash((seq, _ALLREDUCE, code, ord(dtype.char), 0, shape)) & _MASK
+        # With checks off every rank posts 0, so the comparison always passes.
+        print_ = (
+            hash((seq, _ALLREDUCE, code, ord(dtype.char), 0, shape)) & _MASK if self._checks else 0
+        )
         deadline = self._small_deadline
         deadline.start, deadline.seq, deadline._warned = None, seq, False
-        deadline.timeout = timeout
+        deadline.timeout, deadline.header = timeout, None
+        deadline.header_fn = header = lambda: Header(seq, _ALLREDUCE, code, ord(dtype.char), shape)
         try:
-            out = shm.allreduce_small(
-                x,
-                ufunc,
-                print_,
-                lambda: Header(seq, _ALLREDUCE, code, ord(dtype.char), shape),
-                deadline,
-            )
+            out = shm.allreduce_small(x, ufunc, print_, header, deadline, out)
         except DeadlineExceededError as exc:
             self._broken = f"{type(exc).__name__}: {exc}"
             raise

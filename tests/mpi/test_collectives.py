@@ -93,6 +93,21 @@ def test_allreduce_matches_numpy(comm, impl, dtype, op):
 
 
 @pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("op", ["sum", "mean", "max"])
+@pytest.mark.parametrize("shape", [(5,), (3, 4), (0,), (70000,)])
+def test_in_place_writes_into_the_input(comm, impl, op, shape):
+    opts = hd.CommunicationOptions(implementation=impl)
+    for dtype in (np.float32, np.int64):
+        xs = inputs(shape, dtype, comm.size, seed=3)
+        x = xs[comm.rank].copy()
+        returned = comm.allreduce_(x, op, opts)
+        assert returned is x
+        ref = expected(op, xs, dtype).astype(dtype)
+        np.testing.assert_allclose(x, ref, rtol=1e-5, atol=1e-5)
+        check_same_everywhere(x)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
 def test_in_place_non_contiguous_and_bool(comm, impl):
     opts = hd.CommunicationOptions(implementation=impl)
     base = np.arange(40, dtype=np.float64).reshape(4, 10) * (comm.rank + 1)

@@ -24,4 +24,5 @@ except hd.errors.DeadlineExceededError as exc:
         comm.allreduce(np.ones(8))
     except hd.errors.UnavailableError as again:
         print(f"rank {comm.rank} then UnavailableError: {again}", flush=True)
+    time.sleep(3)  # let the other waiting ranks reach their own deadline before aborting
     raise
