@@ -25,7 +25,7 @@ echo "== ruff"
 ruff check .
 ruff format --check .
 echo "== unit and integration tests (1 process, jobs launched with timeouts)"
-bounded "unit+integration" python -m pytest -q -p no:cacheprovider tests/unit tests/integration
+bounded "unit+integration" python -m pytest -q -rs -p no:cacheprovider tests/unit tests/integration tests/gpu
 for n in 2 3 4; do
   echo "== MPI tests on $n ranks"
   bounded "mpiexec -n $n" mpiexec -n "$n" bash tests/mpi_pytest.sh -q tests/mpi
