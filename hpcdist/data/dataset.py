@@ -1,0 +1,304 @@
+"""`Dataset`: a lazy, numpy-backed input pipeline with ``tf.data``'s core methods.
+
+A dataset is a recipe: iterating it builds a fresh Python iterator over numpy structures
+(arrays, tuples, dicts), so datasets can be iterated many times and transformations cost
+nothing until used. Cardinality follows TF: a count, `INFINITE` or `UNKNOWN`.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from hpcdist.data.nest import flatten, map_structure
+
+__all__ = ["INFINITE", "UNKNOWN", "Dataset"]
+
+INFINITE = -1
+UNKNOWN = -2
+
+
+class Dataset:
+    """A lazy sequence of numpy structures.
+
+    Build one with `from_tensor_slices`, `from_tensors` or `range`, then chain transformations.
+
+    Args:
+        make_iterator: Returns a fresh iterator over the elements.
+        cardinality: Number of elements, `INFINITE` or `UNKNOWN`.
+    """
+
+    def __init__(self, make_iterator: Callable[[], Iterator[Any]], cardinality: int) -> None:
+        self._make_iterator = make_iterator
+        self._cardinality = cardinality
+
+    # -- sources ------------------------------------------------------------------------------
+
+    @staticmethod
+    def from_tensor_slices(tensors: Any) -> Dataset:
+        """One element per index of the first axis of every array in ``tensors``.
+
+        Raises:
+            ValueError: The arrays' first dimensions differ, or an array is a scalar.
+        """
+        arrays = map_structure(np.asarray, tensors)
+        leaves = flatten(arrays)
+        if not leaves:
+            raise ValueError("from_tensor_slices needs at least one array")
+        if any(a.ndim == 0 for a in leaves):
+            raise ValueError("from_tensor_slices needs arrays with at least one axis")
+        lengths = {a.shape[0] for a in leaves}
+        if len(lengths) != 1:
+            raise ValueError(
+                "from_tensor_slices: all arrays must have the same first dimension, got "
+                f"{[a.shape for a in leaves]}"
+            )
+        n = lengths.pop()
+
+        def make() -> Iterator[Any]:
+            for i in range(n):
+                yield map_structure(lambda a, i=i: a[i], arrays)
+
+        return Dataset(make, n)
+
+    @staticmethod
+    def from_tensors(tensors: Any) -> Dataset:
+        """A dataset of exactly one element: ``tensors``."""
+        value = map_structure(np.asarray, tensors)
+        return Dataset(lambda: iter([value]), 1)
+
+    @staticmethod
+    def range(*args: int) -> Dataset:
+        """Integers as in Python's ``range(stop)`` / ``range(start, stop[, step])`` (int64)."""
+        r = range(*args)
+        return Dataset(lambda: (np.int64(i) for i in r), len(r))
+
+    # -- transformations --------------------------------------------------------------------
+
+    def batch(self, batch_size: int, drop_remainder: bool = False) -> Dataset:
+        """Stack consecutive elements into batches (the last one may be short)."""
+        if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        source = self
+
+        def make() -> Iterator[Any]:
+            buffer: list[Any] = []
+            for element in source:
+                buffer.append(element)
+                if len(buffer) == batch_size:
+                    yield map_structure(lambda *xs: np.stack(xs), *buffer)
+                    buffer = []
+            if buffer and not drop_remainder:
+                yield map_structure(lambda *xs: np.stack(xs), *buffer)
+
+        card = self._cardinality
+        if card >= 0:
+            card = card // batch_size if drop_remainder else -(-card // batch_size)
+        return Dataset(make, card)
+
+    def repeat(self, count: int | None = None) -> Dataset:
+        """Repeat the dataset ``count`` times (forever when None or -1)."""
+        source = self
+        forever = count is None or count == -1
+        if not forever and count < 0:
+            raise ValueError(f"repeat count must be >= 0, -1 or None, got {count}")
+
+        def make() -> Iterator[Any]:
+            done = 0
+            while forever or done < count:
+                empty = True
+                for element in source:
+                    empty = False
+                    yield element
+                done += 1
+                if empty:
+                    return
+
+        card = self._cardinality
+        if forever:
+            card = 0 if card == 0 else (INFINITE if card != UNKNOWN else UNKNOWN)
+        elif card >= 0:
+            card *= count
+        return Dataset(make, card)
+
+    def shuffle(
+        self, buffer_size: int, seed: int | None = None, reshuffle_each_iteration: bool = True
+    ) -> Dataset:
+        """Shuffle with a buffer of ``buffer_size`` elements (TF's algorithm).
+
+        With a ``seed`` the order is the same in every process, so ranks that shuffle the same
+        data stay in step; each new iteration reshuffles unless ``reshuffle_each_iteration`` is
+        false.
+        """
+        if buffer_size < 1:
+            raise ValueError(f"buffer_size must be >= 1, got {buffer_size}")
+        source = self
+        epoch = [0]
+        base = np.random.SeedSequence().entropy if seed is None else seed
+
+        def make() -> Iterator[Any]:
+            rng = np.random.default_rng([base, epoch[0]])
+            if reshuffle_each_iteration:
+                epoch[0] += 1
+            buffer: list[Any] = []
+            for element in source:
+                if len(buffer) < buffer_size:
+                    buffer.append(element)
+                    continue
+                i = int(rng.integers(len(buffer)))
+                yield buffer[i]
+                buffer[i] = element
+            while buffer:
+                yield buffer.pop(int(rng.integers(len(buffer))))
+
+        return Dataset(make, self._cardinality)
+
+    def shard(self, num_shards: int, index: int) -> Dataset:
+        """Keep every ``num_shards``-th element, starting at ``index``."""
+        if num_shards < 1 or not 0 <= index < num_shards:
+            raise ValueError(
+                f"shard needs num_shards >= 1 and 0 <= index < num_shards, got "
+                f"num_shards={num_shards}, index={index}"
+            )
+        source = self
+
+        def make() -> Iterator[Any]:
+            for i, element in enumerate(source):
+                if i % num_shards == index:
+                    yield element
+
+        card = self._cardinality
+        if card >= 0:
+            card = card // num_shards + (1 if index < card % num_shards else 0)
+        return Dataset(make, card)
+
+    def map(self, map_func: Callable[..., Any]) -> Dataset:
+        """Apply ``map_func`` to each element (a tuple element is passed as arguments)."""
+        source = self
+
+        def make() -> Iterator[Any]:
+            for element in source:
+                out = map_func(*element) if type(element) is tuple else map_func(element)
+                yield map_structure(np.asarray, out)
+
+        return Dataset(make, self._cardinality)
+
+    def filter(self, predicate: Callable[..., Any]) -> Dataset:
+        """Keep the elements for which ``predicate`` is true (cardinality becomes unknown)."""
+        source = self
+
+        def make() -> Iterator[Any]:
+            for element in source:
+                keep = predicate(*element) if type(element) is tuple else predicate(element)
+                if bool(keep):
+                    yield element
+
+        return Dataset(make, UNKNOWN if self._cardinality != 0 else 0)
+
+    def take(self, count: int) -> Dataset:
+        """The first ``count`` elements (all when -1)."""
+        source = self
+
+        def make() -> Iterator[Any]:
+            if count == -1:
+                yield from source
+                return
+            for i, element in enumerate(source):
+                if i >= count:
+                    return
+                yield element
+
+        card = self._cardinality
+        if count != -1:
+            if card == INFINITE:
+                card = count
+            elif card >= 0:
+                card = min(card, count)
+        return Dataset(make, card)
+
+    def skip(self, count: int) -> Dataset:
+        """Everything after the first ``count`` elements."""
+        source = self
+
+        def make() -> Iterator[Any]:
+            for i, element in enumerate(source):
+                if i >= count:
+                    yield element
+
+        card = self._cardinality
+        if card >= 0:
+            card = max(0, card - count)
+        return Dataset(make, card)
+
+    def prefetch(self, buffer_size: int = 1) -> Dataset:
+        """Produce up to ``buffer_size`` elements ahead on a background thread."""
+        source = self
+        size = max(1, buffer_size if buffer_size != -1 else 2)
+        return Dataset(lambda: _Prefetcher(iter(source), size), self._cardinality)
+
+    # -- inspection ----------------------------------------------------------------------------
+
+    def cardinality(self) -> int:
+        """Number of elements, or `INFINITE` (-1) / `UNKNOWN` (-2)."""
+        return self._cardinality
+
+    def __len__(self) -> int:
+        if self._cardinality < 0:
+            raise TypeError("the dataset length is infinite or unknown")
+        return self._cardinality
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._make_iterator()
+
+    def as_numpy_iterator(self) -> Iterator[Any]:
+        """Same as ``iter(dataset)`` (elements are numpy already)."""
+        return iter(self)
+
+    def __repr__(self) -> str:
+        return f"Dataset(cardinality={self._cardinality})"
+
+
+class _Prefetcher:
+    """Iterator that fills a bounded queue from a background thread."""
+
+    _END = object()
+
+    def __init__(self, source: Iterator[Any], size: int) -> None:
+        self._queue: queue.Queue = queue.Queue(maxsize=size)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._fill, args=(source,), daemon=True)
+        self._thread.start()
+
+    def _fill(self, source: Iterator[Any]) -> None:
+        try:
+            for element in source:
+                while not self._stop.is_set():
+                    try:
+                        self._queue.put((element, None), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if self._stop.is_set():
+                    return
+            self._queue.put((self._END, None))
+        except BaseException as exc:  # re-raised in the consumer's thread
+            self._queue.put((self._END, exc))
+
+    def __iter__(self) -> _Prefetcher:
+        return self
+
+    def __next__(self) -> Any:
+        element, error = self._queue.get()
+        if element is self._END:
+            self._stop.set()
+            if error is not None:
+                raise error
+            raise StopIteration
+        return element
+
+    def __del__(self) -> None:
+        self._stop.set()
