@@ -3,7 +3,7 @@
 ``import hpcdist as hd``; see the README and ``docs/`` for the tour.
 """
 
-from hpcdist import cluster, comm, errors, settings
+from hpcdist import cluster, comm, data, errors, settings
 from hpcdist._version import __version__
 from hpcdist.comm import (
     CommunicationImplementation,
@@ -20,6 +20,7 @@ __all__ = [
     "__version__",
     "cluster",
     "comm",
+    "data",
     "errors",
     "settings",
 ]
