@@ -140,6 +140,7 @@ class Communicator:
         self._checks = self.settings.check_collectives
         self._ring = RingBackend(self._comm)
         self._hier = HierarchicalBackend(self._comm, self._node_comm, self._leader_comm, self._shm)
+        _register(self)
 
     # -- topology -----------------------------------------------------------------------------
 
@@ -828,6 +829,8 @@ class Communicator:
 
     def close(self) -> None:
         """Release windows and communicators (collective). The communicator is unusable after."""
+        if self in _live:
+            _live.remove(self)
         self._drain()
         if self._executor is not None:
             self._executor.shutdown()
@@ -841,6 +844,31 @@ class Communicator:
 
 
 _world: Communicator | None = None
+# Strong references: freeing windows is collective, so it must not depend on when each rank's
+# garbage collector runs. Communicators live until `close()` or the end of the program.
+_live: list[Communicator] = []
+
+
+def _register(comm: Communicator) -> None:
+    """Remember a communicator so that its windows are freed before MPI finalises."""
+    if not _live:
+        atexit.register(_close_all)
+    _live.append(comm)
+
+
+def _close_all() -> None:
+    """Free every live communicator's windows, newest first (same order on every rank).
+
+    Communicators that failed (a deadline passed) are skipped: their peers may never join.
+    """
+    global _world
+    if MPI.Is_finalized():
+        return
+    for comm in reversed(_live):
+        if comm._broken is None:
+            comm.close()
+    _live.clear()
+    _world = None
 
 
 def world() -> Communicator:
@@ -852,15 +880,6 @@ def world() -> Communicator:
     global _world
     if _world is None:
         _world = Communicator()
-        atexit.register(_close_world)
         if _world.size > 1 and _world.settings.abort_on_exception:
             abort.install()
     return _world
-
-
-def _close_world() -> None:
-    """Free the world communicator's windows before MPI finalises (skipped after a failure)."""
-    global _world
-    if _world is not None and _world._broken is None and not MPI.Is_finalized():
-        _world.close()
-    _world = None
