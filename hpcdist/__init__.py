@@ -3,7 +3,7 @@
 ``import hpcdist as hd``; see the README and ``docs/`` for the tour.
 """
 
-from hpcdist import cluster, comm, data, errors, settings
+from hpcdist import cluster, comm, data, errors, settings, strategies
 from hpcdist._version import __version__
 from hpcdist.comm import (
     CommunicationImplementation,
@@ -11,16 +11,41 @@ from hpcdist.comm import (
     Communicator,
     ReduceOp,
 )
+from hpcdist.strategies import (
+    DefaultStrategy,
+    Mirrored,
+    MultiWorkerMirroredStrategy,
+    OneDeviceStrategy,
+    PerReplica,
+    ReplicaContext,
+    experimental_set_strategy,
+    get_replica_context,
+    get_strategy,
+    has_strategy,
+    in_cross_replica_context,
+)
 
 __all__ = [
     "CommunicationImplementation",
     "CommunicationOptions",
     "Communicator",
+    "DefaultStrategy",
+    "Mirrored",
+    "MultiWorkerMirroredStrategy",
+    "OneDeviceStrategy",
+    "PerReplica",
     "ReduceOp",
+    "ReplicaContext",
     "__version__",
     "cluster",
     "comm",
     "data",
     "errors",
+    "experimental_set_strategy",
+    "get_replica_context",
+    "get_strategy",
+    "has_strategy",
+    "in_cross_replica_context",
     "settings",
+    "strategies",
 ]

@@ -1,0 +1,102 @@
+"""Which strategy and which context is current: TF's four-state rule.
+
+1. No strategy entered: `get_strategy()` is the default strategy, `get_replica_context()` is
+   the default replica context, `in_cross_replica_context()` is False.
+2. Inside ``strategy.scope()``: cross-replica context; `get_replica_context()` is None.
+3. Inside a function run by ``strategy.run``: that replica's context.
+4. Inside ``merge_call``: cross-replica context again.
+
+State is per thread, as in TF.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hpcdist.strategies.replica_context import ReplicaContext
+    from hpcdist.strategies.strategy import Strategy
+
+__all__ = [
+    "experimental_set_strategy",
+    "get_replica_context",
+    "get_strategy",
+    "has_strategy",
+    "in_cross_replica_context",
+]
+
+
+class _State(threading.local):
+    def __init__(self) -> None:
+        self.stack: list[tuple[Strategy, ReplicaContext | None]] = []
+        self.global_strategy: Strategy | None = None
+
+
+_state = _State()
+_default: Any = None
+
+
+def _default_strategy() -> Strategy:
+    global _default
+    if _default is None:
+        from hpcdist.strategies.default import DefaultStrategy
+
+        _default = DefaultStrategy()
+    return _default
+
+
+def push(strategy: Strategy, replica_context: ReplicaContext | None) -> None:
+    """Enter a (strategy, context) pair; a replica context of None means cross-replica."""
+    _state.stack.append((strategy, replica_context))
+
+
+def pop() -> None:
+    """Leave the innermost (strategy, context) pair."""
+    _state.stack.pop()
+
+
+def current() -> tuple[Strategy, ReplicaContext | None] | None:
+    """The innermost (strategy, context) pair, or None outside any strategy."""
+    if _state.stack:
+        return _state.stack[-1]
+    if _state.global_strategy is not None:
+        return (_state.global_strategy, None)
+    return None
+
+
+def get_strategy() -> Strategy:
+    """The current strategy; the default strategy outside any scope."""
+    top = current()
+    return top[0] if top is not None else _default_strategy()
+
+
+def has_strategy() -> bool:
+    """Whether a strategy other than the default one is current."""
+    top = current()
+    return top is not None and top[0] is not _default
+
+
+def in_cross_replica_context() -> bool:
+    """True inside a scope or a ``merge_call``; False in a replica function or with no strategy."""
+    top = current()
+    return top is not None and top[1] is None
+
+
+def get_replica_context() -> ReplicaContext | None:
+    """The current replica context: None in cross-replica context, else a `ReplicaContext`."""
+    top = current()
+    if top is None:
+        return _default_strategy().default_replica_context
+    return top[1]
+
+
+def experimental_set_strategy(strategy: Strategy | None) -> None:
+    """Make ``strategy`` current for this thread outside any ``with`` block (None resets).
+
+    Raises:
+        RuntimeError: Called inside a ``scope()``.
+    """
+    if _state.stack:
+        raise RuntimeError("experimental_set_strategy must be called outside any strategy scope")
+    _state.global_strategy = strategy

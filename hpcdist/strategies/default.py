@@ -1,0 +1,37 @@
+"""`DefaultStrategy` and `OneDeviceStrategy`: one replica, no communication."""
+
+from __future__ import annotations
+
+from hpcdist.strategies.replica_context import ReplicaContext
+from hpcdist.strategies.strategy import Strategy, StrategyExtended
+
+__all__ = ["DefaultStrategy", "OneDeviceStrategy"]
+
+
+class DefaultStrategy(Strategy):
+    """The strategy in effect when no other is: one replica on this process.
+
+    Use `hpcdist.get_strategy()` outside any scope to get the singleton.
+    """
+
+    def __init__(self) -> None:
+        self.extended = StrategyExtended(self, None)
+        self.default_replica_context = ReplicaContext(self, 0)
+
+
+class OneDeviceStrategy(Strategy):
+    """Everything on one device (``"cpu:0"``, ``"gpu:0"``), one replica.
+
+    Args:
+        device: The device name.
+
+    Raises:
+        ValueError: The device name is not ``cpu:N`` or ``gpu:N``.
+    """
+
+    def __init__(self, device: str) -> None:
+        name = device.lower().replace("/device:", "").lstrip("/")
+        kind, _, index = name.partition(":")
+        if kind not in ("cpu", "gpu") or not index.isdigit():
+            raise ValueError(f"device must look like 'cpu:0' or 'gpu:1', got {device!r}")
+        self.extended = StrategyExtended(self, None, devices=(name,))

@@ -1,0 +1,102 @@
+"""`ReplicaContext`: what a function run by ``strategy.run`` sees of its replica."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hpcdist.comm.ops import ReduceOp
+from hpcdist.data.nest import flatten, pack_sequence_as
+from hpcdist.strategies import context
+
+if TYPE_CHECKING:
+    from hpcdist.strategies.strategy import Strategy
+
+__all__ = ["ReplicaContext"]
+
+_REPLICA_OPS = (ReduceOp.SUM, ReduceOp.MEAN, ReduceOp.MIN, ReduceOp.MAX)
+
+
+class ReplicaContext:
+    """The context of one replica inside ``strategy.run``.
+
+    Args:
+        strategy: The strategy running the replica.
+        replica_id_in_sync_group: ``worker_index * local_replicas + local_id``.
+    """
+
+    def __init__(self, strategy: Strategy, replica_id_in_sync_group: int) -> None:
+        self._strategy = strategy
+        self._replica_id = replica_id_in_sync_group
+
+    @property
+    def strategy(self) -> Strategy:
+        """The strategy."""
+        return self._strategy
+
+    @property
+    def replica_id_in_sync_group(self) -> int:
+        """This replica's index among all replicas in sync."""
+        return self._replica_id
+
+    @property
+    def num_replicas_in_sync(self) -> int:
+        """Number of replicas in sync."""
+        return self._strategy.num_replicas_in_sync
+
+    def all_reduce(self, reduce_op: ReduceOp | str, value: Any) -> Any:
+        """Reduce ``value`` (an array or a structure of arrays) over all replicas.
+
+        Raises:
+            ValueError: ``reduce_op`` is not SUM, MEAN, MIN or MAX.
+        """
+        op = ReduceOp.parse(reduce_op)
+        if op not in _REPLICA_OPS:
+            raise ValueError(f"all_reduce supports SUM, MEAN, MIN and MAX, got {op.name}")
+        leaves = [np.asarray(v) for v in flatten(value)]
+        comm = self._strategy.extended.communicator
+        if comm is None:
+            reduced = [leaf.copy() for leaf in leaves]
+        else:
+            reduced = comm.grouped_allreduce(leaves, op)
+        return pack_sequence_as(value, reduced)
+
+    def all_gather(self, value: Any, axis: int) -> Any:
+        """Concatenate every replica's ``value`` along ``axis`` (sizes along it may differ)."""
+        leaves = [np.asarray(v) for v in flatten(value)]
+        comm = self._strategy.extended.communicator
+        out = []
+        for leaf in leaves:
+            ax = _check_axis(axis, leaf.ndim)
+            if comm is None:
+                out.append(leaf.copy())
+            else:
+                out.append(np.moveaxis(comm.allgather(np.moveaxis(leaf, ax, 0)), 0, ax))
+        return pack_sequence_as(value, out)
+
+    def merge_call(
+        self,
+        merge_fn: Callable[..., Any],
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        """Run ``merge_fn(strategy, *args, **kwargs)`` in cross-replica context."""
+        context.push(self._strategy, None)
+        try:
+            return merge_fn(self._strategy, *args, **(kwargs or {}))
+        finally:
+            context.pop()
+
+    def __repr__(self) -> str:
+        return (
+            f"ReplicaContext(replica_id_in_sync_group={self._replica_id}, "
+            f"num_replicas_in_sync={self.num_replicas_in_sync})"
+        )
+
+
+def _check_axis(axis: int, ndim: int) -> int:
+    if not isinstance(axis, (int, np.integer)) or not -ndim <= axis < max(ndim, 1):
+        raise ValueError(f"axis {axis!r} is out of range for a value of rank {ndim}")
+    return int(axis) % max(ndim, 1)

@@ -1,0 +1,292 @@
+"""`Strategy`: the cross-replica API shared by every strategy (``tf.distribute.Strategy``).
+
+A strategy has ``num_workers`` workers (MPI ranks) with ``local_replicas`` replicas each;
+replica ``worker_index * local_replicas + local_id`` is its id in the sync group. The
+`StrategyExtended` holds the topology and the `hpcdist.comm.Communicator` used across workers
+(None when there is one worker).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from hpcdist.comm.communicator import Communicator
+from hpcdist.comm.ops import ReduceOp
+from hpcdist.data.nest import map_structure
+from hpcdist.strategies import context
+from hpcdist.strategies.replica_context import ReplicaContext, _check_axis
+from hpcdist.strategies.values import DistributedValues, PerReplica, local_results
+
+__all__ = ["Strategy", "StrategyExtended", "ValueContext"]
+
+_STRATEGY_OPS = (ReduceOp.SUM, ReduceOp.MEAN, ReduceOp.MIN, ReduceOp.MAX)
+
+
+class ValueContext:
+    """Passed to `Strategy.experimental_distribute_values_from_function`'s function."""
+
+    def __init__(self, replica_id_in_sync_group: int, num_replicas_in_sync: int) -> None:
+        self.replica_id_in_sync_group = replica_id_in_sync_group
+        self.num_replicas_in_sync = num_replicas_in_sync
+
+    def __repr__(self) -> str:
+        return (
+            f"ValueContext(replica_id_in_sync_group={self.replica_id_in_sync_group}, "
+            f"num_replicas_in_sync={self.num_replicas_in_sync})"
+        )
+
+
+class StrategyExtended:
+    """Topology and communication of a strategy (``strategy.extended``).
+
+    Args:
+        strategy: The owning strategy.
+        communicator: Carries cross-worker traffic; None for a single worker.
+        local_replicas: Replicas in this process.
+        devices: Device names of the local replicas.
+    """
+
+    def __init__(
+        self,
+        strategy: Strategy,
+        communicator: Communicator | None,
+        local_replicas: int = 1,
+        devices: tuple[str, ...] = ("cpu:0",),
+    ) -> None:
+        self._strategy = strategy
+        self.communicator = communicator
+        self.local_replicas = local_replicas
+        self.worker_devices = devices
+        self.num_workers = 1 if communicator is None else communicator.size
+        self.worker_index = 0 if communicator is None else communicator.rank
+
+    @property
+    def should_checkpoint(self) -> bool:
+        """Whether this worker writes checkpoints (the chief)."""
+        return self.worker_index == 0
+
+    def reduce_to(self, reduce_op: ReduceOp | str, value: Any, destinations: Any = None) -> Any:
+        """Reduce a distributed value across all replicas (the result is the same everywhere)."""
+        del destinations
+        return self._strategy.reduce(reduce_op, value, axis=None)
+
+    def batch_reduce_to(self, reduce_op: ReduceOp | str, value_destination_pairs: Any) -> list:
+        """`reduce_to` for several ``(value, destinations)`` pairs, fused into one collective."""
+        op = ReduceOp.parse(reduce_op)
+        partials = [self._strategy._local_combine(op, v) for v, _ in value_destination_pairs]
+        return self._strategy._cross_worker(op, partials)
+
+    def update(
+        self, var: Any, fn: Callable[..., Any], args: tuple = (), kwargs: dict | None = None
+    ):
+        """Run ``fn(var, *args, **kwargs)`` (on each local copy of ``var``)."""
+        return fn(var, *args, **(kwargs or {}))
+
+
+class Strategy:
+    """Base class of the strategies; subclasses set `extended`."""
+
+    extended: StrategyExtended
+
+    # -- scope and contexts ---------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[Strategy]:
+        """Make this strategy current (cross-replica context).
+
+        Raises:
+            RuntimeError: Another strategy's scope is already open (mixing strategies).
+        """
+        top = context.current()
+        if top is not None and top[0] is not self and context.has_strategy():
+            raise RuntimeError(
+                f"Mixing different strategies is not allowed: entering {type(self).__name__}'s "
+                f"scope inside {type(top[0]).__name__}'s"
+            )
+        context.push(self, None)
+        try:
+            yield self
+        finally:
+            context.pop()
+
+    @property
+    def num_replicas_in_sync(self) -> int:
+        """Replicas taking part in each step, over all workers."""
+        return self.extended.num_workers * self.extended.local_replicas
+
+    @property
+    def cluster_resolver(self) -> Any:
+        """The cluster resolver, or None for single-process strategies."""
+        return getattr(self, "_cluster_resolver", None)
+
+    def _replica_ids(self) -> range:
+        ext = self.extended
+        first = ext.worker_index * ext.local_replicas
+        return range(first, first + ext.local_replicas)
+
+    # -- running ------------------------------------------------------------------------------
+
+    def run(self, fn: Callable[..., Any], args: Any = (), kwargs: dict[str, Any] | None = None):
+        """Run ``fn`` on each local replica; per-replica arguments are unwrapped.
+
+        Returns:
+            The replica's result with one local replica, else a `PerReplica` per leaf.
+
+        Raises:
+            TypeError: ``args`` is not a tuple or list.
+        """
+        if not isinstance(args, (tuple, list)):
+            raise TypeError(
+                f"`args` to strategy.run must be a tuple or list, got {type(args).__name__}"
+            )
+        kwargs = kwargs or {}
+        results = []
+        for local, replica_id in enumerate(self._replica_ids()):
+            a = [_select(x, local) for x in args]
+            k = {key: _select(v, local) for key, v in kwargs.items()}
+            context.push(self, ReplicaContext(self, replica_id))
+            try:
+                results.append(fn(*a, **k))
+            finally:
+                context.pop()
+        if len(results) == 1:
+            return results[0]
+        return map_structure(lambda *vs: PerReplica(vs), *results)
+
+    def experimental_local_results(self, value: Any) -> tuple[Any, ...]:
+        """The components of ``value`` on this worker's replicas."""
+        return local_results(value)
+
+    def experimental_distribute_values_from_function(self, value_fn: Callable[[ValueContext], Any]):
+        """Call ``value_fn(ValueContext)`` once per local replica."""
+        values = [value_fn(ValueContext(i, self.num_replicas_in_sync)) for i in self._replica_ids()]
+        return values[0] if len(values) == 1 else PerReplica(values)
+
+    # -- cross-replica reductions ----------------------------------------------------------
+
+    def _local_combine(self, op: ReduceOp, value: Any) -> np.ndarray:
+        parts = [np.asarray(v) for v in local_results(value)]
+        if op in (ReduceOp.SUM, ReduceOp.MEAN):
+            out = parts[0].copy()
+            for p in parts[1:]:
+                out = out + p
+            return out
+        return np.asarray((np.minimum if op is ReduceOp.MIN else np.maximum).reduce(parts))
+
+    def _cross_worker(self, op: ReduceOp, partials: list[np.ndarray]) -> list[np.ndarray]:
+        comm = self.extended.communicator
+        wire = ReduceOp.SUM if op is ReduceOp.MEAN else op
+        out = (
+            [p.copy() for p in partials] if comm is None else comm.grouped_allreduce(partials, wire)
+        )
+        if op is ReduceOp.MEAN:
+            n = self.num_replicas_in_sync
+            out = [o / n if o.dtype.kind in "fc" else o // n for o in out]
+        return out
+
+    def _agree(self, error: Exception | None) -> None:
+        """Raise ``error`` here and a matching error on every other worker (no rank hangs)."""
+        comm = self.extended.communicator
+        failed = error is not None
+        if comm is not None:
+            failed = bool(comm.allreduce(np.array([int(failed)]), ReduceOp.MAX)[0])
+        if error is not None:
+            raise error
+        if failed:
+            raise ValueError("another worker rejected the arguments of this collective call")
+
+    def reduce(self, reduce_op: ReduceOp | str, value: Any, axis: int | None = None) -> Any:
+        """Reduce a per-replica value across replicas (TF semantics).
+
+        With ``axis=None`` the replicas' values are combined. With an axis, SUM is the sum of
+        the concatenation along ``axis``, MEAN the mean of all elements along it over all
+        replicas (correct for uneven batches), MIN/MAX the extreme along it.
+
+        Raises:
+            ValueError: The op is not SUM, MEAN, MIN or MAX, or the axis is out of range
+                (raised on every worker).
+        """
+        op = ReduceOp.parse(reduce_op)
+        if op not in _STRATEGY_OPS:
+            raise ValueError(f"strategy.reduce supports SUM, MEAN, MIN and MAX, got {op.name}")
+        parts = [np.asarray(v) for v in local_results(value)]
+        if axis is None:
+            return self._cross_worker(op, [self._local_combine(op, value)])[0]
+        error = None
+        try:
+            axes = [_check_axis(axis, p.ndim) for p in parts]
+        except ValueError as exc:
+            error = exc
+        self._agree(error)
+        if op is ReduceOp.SUM:
+            local = sum(p.sum(axis=a) for p, a in zip(parts, axes, strict=True))
+            return self._cross_worker(op, [np.asarray(local)])[0]
+        if op is ReduceOp.MEAN:
+            total = sum(p.sum(axis=a, dtype=np.float64) for p, a in zip(parts, axes, strict=True))
+            count = np.array(
+                [sum(p.shape[a] for p, a in zip(parts, axes, strict=True))], np.float64
+            )
+            total, count = self._cross_worker(ReduceOp.SUM, [np.asarray(total), count])
+            return (total / count[0]).astype(np.result_type(parts[0].dtype, np.float32))
+        fn = np.min if op is ReduceOp.MIN else np.max
+        ident = _identity(op, parts[0].dtype)
+        local = [
+            fn(p, axis=a) if p.shape[a] else np.full(_drop(p.shape, a), ident, p.dtype)
+            for p, a in zip(parts, axes, strict=True)
+        ]
+        return self._cross_worker(op, [self._local_combine(op, PerReplica(local))])[0]
+
+    def gather(self, value: Any, axis: int) -> np.ndarray:
+        """Concatenate every replica's value along ``axis`` (sizes along it may differ)."""
+        parts = [np.asarray(v) for v in local_results(value)]
+        error = None
+        try:
+            ax = _check_axis(axis, parts[0].ndim)
+        except ValueError as exc:
+            error = exc
+        self._agree(error)
+        local = np.concatenate(parts, axis=ax) if len(parts) > 1 else parts[0]
+        comm = self.extended.communicator
+        if comm is None:
+            return local.copy()
+        return np.moveaxis(comm.allgather(np.moveaxis(local, ax, 0)), 0, ax)
+
+    # -- input ----------------------------------------------------------------------------------
+
+    def experimental_distribute_dataset(self, dataset: Any, options: Any = None):
+        """Split each global batch of ``dataset`` across all replicas (balanced).
+
+        See `hpcdist.strategies.input.DistributedDataset`.
+        """
+        from hpcdist.strategies.input import DistributedDataset
+
+        return DistributedDataset(self, dataset, options)
+
+    def distribute_datasets_from_function(
+        self, dataset_fn: Callable[..., Any], options: Any = None
+    ):
+        """Call ``dataset_fn(InputContext)`` once on this worker; its batches are per replica."""
+        from hpcdist.strategies.input import DatasetsFromFunction
+
+        return DatasetsFromFunction(self, dataset_fn, options)
+
+
+def _select(value: Any, local: int) -> Any:
+    if isinstance(value, DistributedValues):
+        return value.values[local]
+    return value
+
+
+def _identity(op: ReduceOp, dtype: np.dtype) -> Any:
+    if dtype.kind == "f":
+        return np.inf if op is ReduceOp.MIN else -np.inf
+    info = np.iinfo(dtype)
+    return info.max if op is ReduceOp.MIN else info.min
+
+
+def _drop(shape: tuple[int, ...], axis: int) -> tuple[int, ...]:
+    return shape[:axis] + shape[axis + 1 :]

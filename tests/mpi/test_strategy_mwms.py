@@ -1,0 +1,126 @@
+"""MultiWorkerMirroredStrategy across ranks: TF's reduce/gather/input semantics at any size."""
+
+import numpy as np
+import pytest
+
+import hpcdist as hd
+from hpcdist.strategies.input import balanced_split
+
+pytestmark = pytest.mark.mpi(min_size=2)
+
+
+@pytest.fixture(scope="module")
+def strategy():
+    return hd.MultiWorkerMirroredStrategy()
+
+
+def test_topology_and_replica_ids(strategy):
+    n = strategy.extended.num_workers
+    assert strategy.num_replicas_in_sync == n
+    ids = strategy.run(lambda: hd.get_replica_context().replica_id_in_sync_group)
+    assert ids == strategy.extended.worker_index
+    assert strategy.cluster_resolver.world_size == n
+    assert strategy.extended.should_checkpoint == (ids == 0)
+
+
+def test_reduce_axis_none_and_with_axis(strategy):
+    n, r = strategy.num_replicas_in_sync, strategy.extended.worker_index
+    value = strategy.run(lambda: np.full((2, 3), r + 1.0))
+    assert np.allclose(strategy.reduce("sum", value, axis=None), n * (n + 1) / 2)
+    assert np.allclose(strategy.reduce("mean", value, axis=None), (n + 1) / 2)
+    assert np.allclose(strategy.reduce("max", value, axis=None), n)
+    assert np.allclose(strategy.reduce("min", value, axis=None), 1)
+    # SUM with axis = sum of the concatenation along it.
+    assert np.allclose(strategy.reduce("sum", value, axis=0), 2 * n * (n + 1) / 2)
+    # Uneven batches: replica r has r+1 rows of value r; MEAN is the global mean.
+    uneven = strategy.run(lambda: np.full((r + 1, 2), float(r)))
+    rows = [i + 1 for i in range(n)]
+    expected = sum(i * c for i, c in enumerate(rows)) / sum(rows)
+    assert np.allclose(strategy.reduce("mean", uneven, axis=0), expected)
+    assert np.allclose(
+        strategy.reduce("sum", uneven, axis=0), sum(i * c for i, c in enumerate(rows))
+    )
+    assert np.allclose(strategy.reduce("max", uneven, axis=0), n - 1)
+    # A replica with an empty batch takes part without breaking MIN/MAX.
+    maybe_empty = strategy.run(lambda: np.full((0 if r == 0 else 2,), float(r)))
+    assert strategy.reduce("min", maybe_empty, axis=0) == 1.0
+
+
+def test_local_results_gather_and_all_gather(strategy):
+    r, n = strategy.extended.worker_index, strategy.num_replicas_in_sync
+    value = strategy.run(lambda: np.full((r + 1, 2), r))
+    assert len(strategy.experimental_local_results(value)) == 1
+    gathered = strategy.gather(value, axis=0)
+    assert gathered[:, 0].tolist() == [i for i in range(n) for _ in range(i + 1)]
+    cols = strategy.gather(strategy.run(lambda: np.full((2, r + 1), r)), axis=1)
+    assert cols.shape == (2, n * (n + 1) // 2)
+
+    def replica_fn():
+        ctx = hd.get_replica_context()
+        total = ctx.all_reduce(
+            "sum", {"a": np.ones(2), "b": np.array(ctx.replica_id_in_sync_group)}
+        )
+        ids = ctx.all_gather(
+            np.array([ctx.replica_id_in_sync_group] * (ctx.replica_id_in_sync_group + 1)), axis=0
+        )
+        return total, ids
+
+    total, ids = strategy.run(replica_fn)
+    assert total["a"].tolist() == [n, n] and int(total["b"]) == n * (n - 1) // 2
+    assert ids.tolist() == [i for i in range(n) for _ in range(i + 1)]
+
+
+def test_bad_arguments_raise_on_every_rank(strategy):
+    with pytest.raises(ValueError, match="SUM, MEAN, MIN and MAX"):
+        strategy.reduce("prod", np.ones(2), axis=None)
+    with pytest.raises(ValueError, match="out of range"):
+        strategy.reduce("sum", np.ones(2), axis=3)
+    # Only the last rank passes a bad axis: every rank raises, none hangs.
+    r, n = strategy.extended.worker_index, strategy.num_replicas_in_sync
+    value = np.ones((2, 2)) if r != n - 1 else np.ones(2)
+    with pytest.raises(ValueError):
+        strategy.reduce("sum", value, axis=1)
+    with pytest.raises(TypeError, match="tuple or list"):
+        strategy.run(lambda x: x, args=5)
+    assert np.allclose(strategy.reduce("sum", np.ones(1), axis=None), n)
+
+
+def test_balanced_split():
+    assert balanced_split(7, 3) == [(0, 3), (3, 5), (5, 7)]
+    assert balanced_split(2, 4) == [(0, 1), (1, 2), (2, 2), (2, 2)]
+
+
+def test_distributed_dataset_splits_global_batches_and_stops_together(strategy):
+    n, r = strategy.num_replicas_in_sync, strategy.extended.worker_index
+    global_batch = 2 * n + 1
+    total = 3 * global_batch + n - 1  # the last global batch is short: some replicas get nothing
+    ds = hd.data.Dataset.from_tensor_slices((np.arange(total), np.arange(total) * 10)).batch(
+        global_batch
+    )
+    seen = []
+    steps = 0
+    for x, y in strategy.experimental_distribute_dataset(ds):
+        assert (y == x * 10).all()
+        seen.extend(x.tolist())
+        steps += 1
+    assert steps == 4
+    everything = strategy.gather(np.array(seen, dtype=np.int64), axis=0)
+    assert sorted(everything.tolist()) == list(range(total))  # each example exactly once
+    first = balanced_split(global_batch, n)[r]
+    assert seen[: first[1] - first[0]] == list(range(first[0], first[1]))
+
+
+def test_uneven_sources_stop_on_the_same_step(strategy):
+    r = strategy.extended.worker_index
+
+    def dataset_fn(ctx):
+        assert (
+            ctx.input_pipeline_id == r and ctx.num_input_pipelines == strategy.num_replicas_in_sync
+        )
+        return hd.data.Dataset.range(3 + ctx.input_pipeline_id).batch(1)  # rank-dependent length
+
+    steps = 0
+    for _ in strategy.distribute_datasets_from_function(dataset_fn):
+        assert strategy.reduce("sum", np.ones(1), axis=None)[0] == strategy.num_replicas_in_sync
+        steps += 1
+    assert steps == 3
