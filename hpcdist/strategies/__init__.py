@@ -7,26 +7,50 @@ from hpcdist.strategies.context import (
     has_strategy,
     in_cross_replica_context,
 )
+from hpcdist.strategies.cross_device_ops import (
+    CrossDeviceOps,
+    HierarchicalCopyAllReduce,
+    NcclAllReduce,
+    ReductionToOneDevice,
+)
 from hpcdist.strategies.default import DefaultStrategy, OneDeviceStrategy
 from hpcdist.strategies.input import DistributedDataset, DistributedIterator
+from hpcdist.strategies.mirrored import MirroredStrategy
 from hpcdist.strategies.multi_worker import MultiWorkerMirroredStrategy
 from hpcdist.strategies.replica_context import ReplicaContext
 from hpcdist.strategies.strategy import Strategy, StrategyExtended, ValueContext
 from hpcdist.strategies.values import DistributedValues, Mirrored, PerReplica
+from hpcdist.strategies.variables import (
+    MirroredVariable,
+    SyncOnReadVariable,
+    Variable,
+    VariableAggregation,
+    VariableSynchronization,
+)
 
 __all__ = [
+    "CrossDeviceOps",
     "DefaultStrategy",
     "DistributedDataset",
     "DistributedIterator",
     "DistributedValues",
+    "HierarchicalCopyAllReduce",
     "Mirrored",
+    "MirroredStrategy",
+    "MirroredVariable",
     "MultiWorkerMirroredStrategy",
+    "NcclAllReduce",
     "OneDeviceStrategy",
     "PerReplica",
+    "ReductionToOneDevice",
     "ReplicaContext",
     "Strategy",
     "StrategyExtended",
+    "SyncOnReadVariable",
     "ValueContext",
+    "Variable",
+    "VariableAggregation",
+    "VariableSynchronization",
     "experimental_set_strategy",
     "get_replica_context",
     "get_strategy",

@@ -14,6 +14,8 @@ class DefaultStrategy(Strategy):
     Use `hpcdist.get_strategy()` outside any scope to get the singleton.
     """
 
+    single_copy_variables = True
+
     def __init__(self) -> None:
         self.extended = StrategyExtended(self, None)
         self.default_replica_context = ReplicaContext(self, 0)
@@ -29,9 +31,9 @@ class OneDeviceStrategy(Strategy):
         ValueError: The device name is not ``cpu:N`` or ``gpu:N``.
     """
 
+    single_copy_variables = True
+
     def __init__(self, device: str) -> None:
-        name = device.lower().replace("/device:", "").lstrip("/")
-        kind, _, index = name.partition(":")
-        if kind not in ("cpu", "gpu") or not index.isdigit():
-            raise ValueError(f"device must look like 'cpu:0' or 'gpu:1', got {device!r}")
-        self.extended = StrategyExtended(self, None, devices=(name,))
+        from hpcdist.strategies.mirrored import parse_device
+
+        self.extended = StrategyExtended(self, None, devices=(parse_device(device),))

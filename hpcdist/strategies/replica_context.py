@@ -55,6 +55,8 @@ class ReplicaContext:
         op = ReduceOp.parse(reduce_op)
         if op not in _REPLICA_OPS:
             raise ValueError(f"all_reduce supports SUM, MEAN, MIN and MAX, got {op.name}")
+        if self._strategy.extended.local_replicas > 1:
+            return self.merge_call(_merge_all_reduce, args=(op, value))
         leaves = [np.asarray(v) for v in flatten(value)]
         comm = self._strategy.extended.communicator
         if comm is None:
@@ -65,6 +67,8 @@ class ReplicaContext:
 
     def all_gather(self, value: Any, axis: int) -> Any:
         """Concatenate every replica's ``value`` along ``axis`` (sizes along it may differ)."""
+        if self._strategy.extended.local_replicas > 1:
+            return self.merge_call(_merge_all_gather, args=(value, axis))
         leaves = [np.asarray(v) for v in flatten(value)]
         comm = self._strategy.extended.communicator
         out = []
@@ -100,3 +104,31 @@ def _check_axis(axis: int, ndim: int) -> int:
     if not isinstance(axis, (int, np.integer)) or not -ndim <= axis < max(ndim, 1):
         raise ValueError(f"axis {axis!r} is out of range for a value of rank {ndim}")
     return int(axis) % max(ndim, 1)
+
+
+def _merge_all_reduce(strategy: Strategy, op: ReduceOp, value: Any) -> Any:
+    """Cross-replica half of `ReplicaContext.all_reduce` with several local replicas."""
+    from hpcdist.strategies.values import PerReplica, local_results
+
+    per_replica = local_results(value)
+    structure = per_replica[0]
+    columns = list(zip(*(flatten(v) for v in per_replica), strict=True))
+    partials = [
+        strategy._local_combine(op, PerReplica([np.asarray(c) for c in col])) for col in columns
+    ]
+    reduced = strategy._cross_worker(op, partials)
+    return PerReplica(
+        [pack_sequence_as(structure, [r.copy() for r in reduced]) for _ in per_replica]
+    )
+
+
+def _merge_all_gather(strategy: Strategy, value: Any, axis: int) -> Any:
+    """Cross-replica half of `ReplicaContext.all_gather` with several local replicas."""
+    from hpcdist.strategies.values import PerReplica, local_results
+
+    per_replica = local_results(value)
+    columns = list(zip(*(flatten(v) for v in per_replica), strict=True))
+    gathered = [strategy.gather(PerReplica([np.asarray(c) for c in col]), axis) for col in columns]
+    return PerReplica(
+        [pack_sequence_as(per_replica[0], [g.copy() for g in gathered]) for _ in per_replica]
+    )

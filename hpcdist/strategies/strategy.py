@@ -16,8 +16,10 @@ import numpy as np
 
 from hpcdist.comm.communicator import Communicator
 from hpcdist.comm.ops import ReduceOp
-from hpcdist.data.nest import map_structure
+from hpcdist.data.nest import flatten, map_structure
 from hpcdist.strategies import context
+from hpcdist.strategies.cross_device_ops import CrossDeviceOps, ReductionToOneDevice
+from hpcdist.strategies.mirrored_run import run_local_replicas
 from hpcdist.strategies.replica_context import ReplicaContext, _check_axis
 from hpcdist.strategies.values import DistributedValues, PerReplica, local_results
 
@@ -46,21 +48,22 @@ class StrategyExtended:
     Args:
         strategy: The owning strategy.
         communicator: Carries cross-worker traffic; None for a single worker.
-        local_replicas: Replicas in this process.
-        devices: Device names of the local replicas.
+        devices: Device names of the local replicas (one replica each).
+        cross_device_ops: Combines the local replicas' values.
     """
 
     def __init__(
         self,
         strategy: Strategy,
         communicator: Communicator | None,
-        local_replicas: int = 1,
         devices: tuple[str, ...] = ("cpu:0",),
+        cross_device_ops: CrossDeviceOps | None = None,
     ) -> None:
         self._strategy = strategy
         self.communicator = communicator
-        self.local_replicas = local_replicas
-        self.worker_devices = devices
+        self.local_replicas = len(devices)
+        self.worker_devices = tuple(devices)
+        self.cross_device_ops = cross_device_ops or ReductionToOneDevice()
         self.num_workers = 1 if communicator is None else communicator.size
         self.worker_index = 0 if communicator is None else communicator.rank
 
@@ -91,6 +94,49 @@ class Strategy:
     """Base class of the strategies; subclasses set `extended`."""
 
     extended: StrategyExtended
+    #: Variables are plain single-copy `Variable` objects (default and one-device strategies).
+    single_copy_variables = False
+
+    def Variable(  # noqa: N802 - TF's name
+        self,
+        initial_value: Any,
+        name: str | None = None,
+        trainable: bool | None = None,
+        synchronization: Any = None,
+        aggregation: Any = None,
+        dtype: Any = None,
+    ) -> Any:
+        """Create a variable distributed by this strategy.
+
+        Every worker starts from the chief's initial value (broadcast at creation, a
+        collective: create variables in the same order on every rank).
+
+        Args:
+            initial_value: Array-like or a callable returning one.
+            name: Name.
+            trainable: Default True for ON_WRITE, False for ON_READ.
+            synchronization: `VariableSynchronization` (AUTO means ON_WRITE; NONE is an error).
+            aggregation: `VariableAggregation` (MEAN of an integer variable is an error).
+            dtype: dtype of the value.
+
+        Returns:
+            `Variable` (single-copy strategies), `MirroredVariable` or `SyncOnReadVariable`.
+        """
+        from hpcdist.strategies.variables import (
+            VariableAggregation,
+            VariableSynchronization,
+            create_variable,
+        )
+
+        return create_variable(
+            self,
+            initial_value,
+            name,
+            trainable,
+            synchronization if synchronization is not None else VariableSynchronization.AUTO,
+            aggregation if aggregation is not None else VariableAggregation.NONE,
+            dtype,
+        )
 
     # -- scope and contexts ---------------------------------------------------------------------
 
@@ -144,22 +190,33 @@ class Strategy:
                 f"`args` to strategy.run must be a tuple or list, got {type(args).__name__}"
             )
         kwargs = kwargs or {}
-        results = []
-        for local, replica_id in enumerate(self._replica_ids()):
-            a = [_select(x, local) for x in args]
-            k = {key: _select(v, local) for key, v in kwargs.items()}
-            context.push(self, ReplicaContext(self, replica_id))
+        per_replica = [
+            (tuple(_select(x, i) for x in args), {k: _select(v, i) for k, v in kwargs.items()})
+            for i in range(self.extended.local_replicas)
+        ]
+        if len(per_replica) == 1:
+            context.push(self, ReplicaContext(self, self._replica_ids()[0]))
             try:
-                results.append(fn(*a, **k))
+                return fn(*per_replica[0][0], **per_replica[0][1])
             finally:
                 context.pop()
-        if len(results) == 1:
-            return results[0]
+        results = run_local_replicas(self, fn, per_replica)
         return map_structure(lambda *vs: PerReplica(vs), *results)
 
     def experimental_local_results(self, value: Any) -> tuple[Any, ...]:
-        """The components of ``value`` on this worker's replicas."""
-        return local_results(value)
+        """The components of ``value`` on this worker's replicas, one per local replica.
+
+        A structure (tuple, dict) of per-replica values gives one structure per replica.
+        """
+        if isinstance(value, DistributedValues):
+            return value.values
+        leaves = flatten(value)
+        if not any(isinstance(leaf, DistributedValues) for leaf in leaves):
+            return (value,)
+        return tuple(
+            map_structure(lambda v, i=i: _select(v, i), value)
+            for i in range(self.extended.local_replicas)
+        )
 
     def experimental_distribute_values_from_function(self, value_fn: Callable[[ValueContext], Any]):
         """Call ``value_fn(ValueContext)`` once per local replica."""
@@ -169,13 +226,12 @@ class Strategy:
     # -- cross-replica reductions ----------------------------------------------------------
 
     def _local_combine(self, op: ReduceOp, value: Any) -> np.ndarray:
-        parts = [np.asarray(v) for v in local_results(value)]
-        if op in (ReduceOp.SUM, ReduceOp.MEAN):
-            out = parts[0].copy()
-            for p in parts[1:]:
-                out = out + p
-            return out
-        return np.asarray((np.minimum if op is ReduceOp.MIN else np.maximum).reduce(parts))
+        """Combine the local replicas' values (SUM for MEAN: the division comes later)."""
+        parts = local_results(value)
+        if len(parts) == 1:
+            return np.asarray(parts[0])
+        wire = ReduceOp.SUM if op is ReduceOp.MEAN else op
+        return self.extended.cross_device_ops.reduce(wire, PerReplica(parts)).values[0]
 
     def _cross_worker(self, op: ReduceOp, partials: list[np.ndarray]) -> list[np.ndarray]:
         comm = self.extended.communicator

@@ -5,6 +5,7 @@ import pytest
 
 import hpcdist as hd
 from hpcdist.strategies.input import balanced_split
+from tests import strategy_cases as cases
 
 pytestmark = pytest.mark.mpi(min_size=2)
 
@@ -124,3 +125,27 @@ def test_uneven_sources_stop_on_the_same_step(strategy):
         assert strategy.reduce("sum", np.ones(1), axis=None)[0] == strategy.num_replicas_in_sync
         steps += 1
     assert steps == 3
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        cases.check_reduce_semantics,
+        cases.check_mirrored_variable_table,
+        cases.check_sync_on_read_table,
+        cases.check_variable_errors,
+        cases.check_distributed_dataset,
+    ],
+    ids=lambda f: f.__name__.removeprefix("check_"),
+)
+def test_shared_strategy_semantics(strategy, case):
+    case(strategy)
+
+
+def test_variables_take_the_chiefs_initial_value(strategy):
+    r = strategy.extended.worker_index
+    with strategy.scope():
+        v = strategy.Variable(np.full(3, float(r)))
+        w = strategy.Variable(lambda: np.random.default_rng(r).random(4))
+    assert (v.numpy() == 0).all()
+    assert np.allclose(w.numpy(), np.random.default_rng(0).random(4))
