@@ -3,7 +3,7 @@
 ``import hpcdist as hd``; see the README and ``docs/`` for the tour.
 """
 
-from hpcdist import cluster, comm, data, errors, settings, strategies
+from hpcdist import cluster, comm, data, errors, nn, settings, strategies
 from hpcdist._version import __version__
 from hpcdist.comm import (
     CommunicationImplementation,
@@ -62,6 +62,7 @@ __all__ = [
     "get_strategy",
     "has_strategy",
     "in_cross_replica_context",
+    "nn",
     "settings",
     "strategies",
 ]
