@@ -12,6 +12,7 @@ from hpcdist.comm import (
     ReduceOp,
 )
 from hpcdist.strategies import (
+    CentralStorageStrategy,
     DefaultStrategy,
     HierarchicalCopyAllReduce,
     Mirrored,
@@ -34,6 +35,7 @@ from hpcdist.strategies import (
 )
 
 __all__ = [
+    "CentralStorageStrategy",
     "CommunicationImplementation",
     "CommunicationOptions",
     "Communicator",

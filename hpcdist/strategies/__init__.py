@@ -1,5 +1,6 @@
 """Strategies with tf.distribute semantics (API section 3)."""
 
+from hpcdist.strategies.central_storage import CentralStorageStrategy
 from hpcdist.strategies.context import (
     experimental_set_strategy,
     get_replica_context,
@@ -29,6 +30,7 @@ from hpcdist.strategies.variables import (
 )
 
 __all__ = [
+    "CentralStorageStrategy",
     "CrossDeviceOps",
     "DefaultStrategy",
     "DistributedDataset",

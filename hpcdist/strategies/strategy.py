@@ -72,6 +72,13 @@ class StrategyExtended:
         """Whether this worker writes checkpoints (the chief)."""
         return self.worker_index == 0
 
+    def make_storage(self, value: np.ndarray, synchronization: Any) -> list:
+        """Storage of a new distributed variable: one `LocalStorage` per local replica."""
+        from hpcdist.strategies.variables import LocalStorage
+
+        del synchronization
+        return [LocalStorage(value) for _ in range(self.local_replicas)]
+
     def reduce_to(self, reduce_op: ReduceOp | str, value: Any, destinations: Any = None) -> Any:
         """Reduce a distributed value across all replicas (the result is the same everywhere)."""
         del destinations

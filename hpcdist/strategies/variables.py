@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LocalStorage",
     "MirroredVariable",
+    "SharedStorage",
     "Storage",
     "SyncOnReadVariable",
     "Variable",
@@ -86,6 +87,51 @@ class LocalStorage(Storage):
     def add(self, delta: np.ndarray) -> None:
         """In-place add."""
         self.array += delta
+
+
+class SharedStorage(Storage):
+    """One copy per node, in an ``MPI_Win_allocate_shared`` segment (`CentralStorageStrategy`).
+
+    Every rank of the node reads the same memory. Updates are collective: a node barrier (every
+    rank has finished reading the old value), the leader applies the update once, a second
+    barrier (nobody reads a half-written value); so a delta applied by every rank counts once.
+
+    Args:
+        value: The initial value (only the leader's is used).
+        node_comm: The ranks of this node (collective construction).
+    """
+
+    def __init__(self, value: np.ndarray, node_comm: Any) -> None:
+        from mpi4py import MPI
+
+        value = np.asarray(value)
+        self.comm = node_comm
+        self.leader = node_comm.Get_rank() == 0
+        nbytes = max(value.nbytes, 1)
+        self.win = MPI.Win.Allocate_shared(nbytes if self.leader else 0, 1, comm=node_comm)
+        buf, _ = self.win.Shared_query(0)
+        self.array = np.frombuffer(buf, dtype=value.dtype, count=value.size).reshape(value.shape)
+        if self.leader:
+            self.array[...] = value
+        node_comm.Barrier()
+
+    def read(self) -> np.ndarray:
+        """The shared array (read-only by convention)."""
+        return self.array
+
+    def write(self, value: np.ndarray) -> None:
+        """Collective: the leader writes between two node barriers."""
+        self.comm.Barrier()
+        if self.leader:
+            self.array[...] = value
+        self.comm.Barrier()
+
+    def add(self, delta: np.ndarray) -> None:
+        """Collective: the leader adds between two node barriers."""
+        self.comm.Barrier()
+        if self.leader:
+            self.array += delta
+        self.comm.Barrier()
 
 
 _counter = [0]
@@ -218,7 +264,7 @@ class _DistributedVariable(Variable):
         aggregation: VariableAggregation,
     ) -> None:
         self._strategy = strategy
-        self._storage = [LocalStorage(value) for _ in range(strategy.extended.local_replicas)]
+        self._storage = strategy.extended.make_storage(value, synchronization)
         self.name = _unique_name(name)
         self.trainable = trainable
         self.synchronization = synchronization
@@ -228,6 +274,13 @@ class _DistributedVariable(Variable):
     def values(self) -> tuple[np.ndarray, ...]:
         """The local copies (live arrays, one per local replica)."""
         return tuple(s.read() for s in self._storage)
+
+    def _unique_storage(self) -> list[Storage]:
+        """Each distinct copy once (central storage shares one copy among replicas)."""
+        seen: dict[int, Storage] = {}
+        for storage in self._storage:
+            seen.setdefault(id(storage), storage)
+        return list(seen.values())
 
     @property
     def distribute_strategy(self) -> Strategy:
@@ -251,7 +304,7 @@ class MirroredVariable(_DistributedVariable):
     def _update(self, value: Any, apply: Callable[[Storage, np.ndarray], None], is_delta: bool):
         value = np.asarray(value)
         if self._local_index() is None:  # cross-replica context: same update on every copy
-            for storage in self._storage:
+            for storage in self._unique_storage():
                 apply(storage, value)
             return
         n = self._strategy.num_replicas_in_sync
@@ -290,7 +343,7 @@ def _merge_update(strategy: Strategy, var: MirroredVariable, value: Any, is_delt
         op = ReduceOp.SUM if agg is VariableAggregation.SUM else ReduceOp.MEAN
         reduced = strategy.reduce(op, value, axis=None)
     reduced = np.asarray(reduced).astype(var.dtype, copy=False)
-    for storage in var._storage:
+    for storage in var._unique_storage():
         if is_delta:
             storage.add(reduced)
         else:

@@ -149,3 +149,38 @@ def test_variables_take_the_chiefs_initial_value(strategy):
         w = strategy.Variable(lambda: np.random.default_rng(r).random(4))
     assert (v.numpy() == 0).all()
     assert np.allclose(w.numpy(), np.random.default_rng(0).random(4))
+
+
+def test_central_storage_one_copy_per_node():
+    from mpi4py import MPI
+
+    from hpcdist.strategies.variables import SharedStorage
+
+    comm = hd.comm.world()
+    if comm.num_nodes > 1:
+        pytest.skip("fake nodes: CentralStorageStrategy spans one node (tested to raise below)")
+    s = hd.CentralStorageStrategy()
+    n = s.num_replicas_in_sync
+    assert n == comm.size
+    with s.scope():
+        v = s.Variable(np.zeros(4), aggregation=hd.VariableAggregation.SUM)
+    assert isinstance(v._storage[0], SharedStorage)
+    s.run(lambda: v.assign_add(np.ones(4)))
+    assert (v.numpy() == n).all()
+    # Really one copy: a write by the leader straight into memory is seen by every rank.
+    MPI.COMM_WORLD.Barrier()
+    if comm.rank == 0:
+        v.values[0][0] = 123.0
+    MPI.COMM_WORLD.Barrier()
+    assert v.numpy()[0] == 123.0
+    MPI.COMM_WORLD.Barrier()
+    for case in (cases.check_mirrored_variable_table, cases.check_sync_on_read_table):
+        case(s)
+
+
+def test_central_storage_refuses_several_nodes():
+    comm = hd.comm.world()
+    if comm.num_nodes == 1:
+        pytest.skip("one node: nothing to refuse")
+    with pytest.raises(ValueError, match="span"):
+        hd.CentralStorageStrategy()

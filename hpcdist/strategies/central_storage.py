@@ -1,0 +1,87 @@
+"""`CentralStorageStrategy`: one copy of each variable, compute on several replicas.
+
+In one process (TF's strategy) the replicas are the local ``compute_devices`` and each variable
+has a single copy on the parameter device. Beyond TF, under MPI on one node, every rank is a
+replica and each ON_WRITE variable lives once in node shared memory
+(`hpcdist.strategies.variables.SharedStorage`): N ranks hold one copy instead of N. Updates in
+replica context are aggregated across all replicas (SUM, MEAN or ONLY_FIRST_REPLICA, as for
+mirrored variables) and applied once by the node leader. ON_READ variables keep a copy per
+replica.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from hpcdist.comm.communicator import Communicator
+from hpcdist.strategies.mirrored import parse_device
+from hpcdist.strategies.strategy import Strategy, StrategyExtended
+
+__all__ = ["CentralStorageStrategy"]
+
+
+class _CentralExtended(StrategyExtended):
+    def __init__(
+        self, strategy: Strategy, communicator: Communicator | None, devices, parameter_device
+    ):
+        super().__init__(
+            strategy, communicator if communicator and communicator.size > 1 else None, devices
+        )
+        self.parameter_device = parameter_device
+        # A private duplicate: the storage barriers never interleave with the collectives.
+        self._node_comm = (
+            communicator.mpi_comm.Dup() if communicator and communicator.size > 1 else None
+        )
+
+    def make_storage(self, value: np.ndarray, synchronization: Any) -> list:
+        from hpcdist.strategies.variables import (
+            LocalStorage,
+            SharedStorage,
+            VariableSynchronization,
+        )
+
+        if synchronization is VariableSynchronization.ON_READ:
+            return [LocalStorage(value) for _ in range(self.local_replicas)]
+        if self._node_comm is not None:
+            shared = SharedStorage(value, self._node_comm)
+        else:
+            shared = LocalStorage(value)
+        return [shared] * self.local_replicas
+
+
+class CentralStorageStrategy(Strategy):
+    """Variables on one parameter device (or in node shared memory), compute replicated.
+
+    Args:
+        compute_devices: Local replicas' devices; default every visible GPU, else ``cpu:0``.
+        parameter_device: Where variables live in one process; default ``cpu:0``.
+
+    Raises:
+        ValueError: The ranks span more than one node (use `MultiWorkerMirroredStrategy`), or a
+            device name is malformed.
+    """
+
+    def __init__(
+        self, compute_devices: Sequence[str] | None = None, parameter_device: str | None = None
+    ) -> None:
+        from hpcdist.cluster.gpus import visible_gpu_count
+
+        if compute_devices is None:
+            gpus = visible_gpu_count()
+            compute_devices = [f"gpu:{i}" for i in range(gpus)] if gpus else ["cpu:0"]
+        devices = tuple(parse_device(d) for d in compute_devices)
+        if len(set(devices)) != len(devices):
+            raise ValueError(f"compute_devices must be distinct, got {list(compute_devices)}")
+        parameter = parse_device(parameter_device or "cpu:0")
+        comm = Communicator()
+        if comm.num_nodes > 1:
+            comm.close()
+            raise ValueError(
+                f"CentralStorageStrategy keeps one copy per node, but the {comm.size} ranks span "
+                f"{comm.num_nodes} nodes: use MultiWorkerMirroredStrategy"
+            )
+        self.extended = _CentralExtended(self, comm, devices, parameter)
+        self._communicator = comm
