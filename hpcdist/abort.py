@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 import traceback
 from types import TracebackType
 
@@ -20,6 +21,7 @@ __all__ = ["ABORT_EXIT_CODE", "install", "installed"]
 
 #: Error code passed to ``MPI_Abort``; the launcher turns it into the job's exit code.
 ABORT_EXIT_CODE = 17
+_FORWARD_GRACE_S = 0.5
 
 _previous_hook = None
 _previous_thread_hook = None
@@ -45,6 +47,9 @@ def _abort(
     sys.stderr.flush()
     sys.stdout.flush()
     if MPI.Is_initialized() and not MPI.Is_finalized() and size > 1:
+        # Give the launcher a moment to forward the traceback: MPI_Abort kills every process,
+        # and output still in flight to mpiexec would be lost (seen with MPICH's hydra).
+        time.sleep(_FORWARD_GRACE_S)
         MPI.COMM_WORLD.Abort(ABORT_EXIT_CODE)
 
 
