@@ -181,6 +181,8 @@ class Deadline:
 
     #: Iterations spent spinning before yielding the processor.
     SPINS = 200
+    #: Seconds of yielding before sleeping.
+    YIELD_S = 0.02
 
     def __init__(
         self,
@@ -226,15 +228,20 @@ class Deadline:
                 self.poll_slow(spins)
 
     def poll_slow(self, spins: int) -> None:
-        """Yield the processor, warn about stalls, enforce the deadline."""
-        if spins < 2 * self.SPINS:
-            os.sched_yield()
-        else:
-            time.sleep(min(1e-3, 1e-6 * (spins - 2 * self.SPINS + 1)))
+        """Yield the processor, warn about stalls, enforce the deadline.
+
+        For the first `YIELD_S` seconds the wait only yields (``sched_yield`` returns at once
+        when no other process wants the core, so latency stays that of spinning); after that
+        it sleeps with a growing back-off (up to 1 ms), so a long wait costs no CPU.
+        """
         now = time.monotonic()
         if self.start is None:
             self.start = now
         elapsed = now - self.start
+        if elapsed < self.YIELD_S:
+            os.sched_yield()
+        else:
+            time.sleep(min(1e-3, 1e-6 * (spins - self.SPINS + 1)))
         if self.stall_warning is not None and not self._warned and elapsed > self.stall_warning:
             self._warned = True
             get_logger().warning(

@@ -243,9 +243,12 @@ class Strategy:
     def _cross_worker(self, op: ReduceOp, partials: list[np.ndarray]) -> list[np.ndarray]:
         comm = self.extended.communicator
         wire = ReduceOp.SUM if op is ReduceOp.MEAN else op
-        out = (
-            [p.copy() for p in partials] if comm is None else comm.grouped_allreduce(partials, wire)
-        )
+        if comm is None:
+            out = [p.copy() for p in partials]
+        elif len(partials) == 1:  # the common case: one value, the latency-optimised path
+            out = [comm.allreduce(partials[0], wire)]
+        else:
+            out = comm.grouped_allreduce(partials, wire)
         if op is ReduceOp.MEAN:
             n = self.num_replicas_in_sync
             out = [o / n if o.dtype.kind in "fc" else o // n for o in out]
