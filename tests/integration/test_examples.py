@@ -1,0 +1,23 @@
+"""Every example runs under ``mpiexec -n 2`` (and the tour on 1 and 3 ranks too)."""
+
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT, run_mpi
+
+EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.py"))
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_example_runs_on_two_ranks(name):
+    result = run_mpi(2, [str(Path("examples") / name)], timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("ranks", [1, 3])
+def test_strategy_tour_gives_the_same_answer_at_any_size(ranks):
+    result = run_mpi(ranks, ["examples/strategy_tour.py"], timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert f"on {ranks} replica(s)" in result.stdout
+    assert "steps" in result.stdout
