@@ -119,13 +119,20 @@ class DistributedDataset:
     Every worker iterates the same global batches (shuffle with a seed so that they agree) and
     keeps its replicas' rows: global batch rows are split in balanced pieces over
     ``num_replicas_in_sync`` replicas in replica-id order (7 rows over 3 replicas: 3, 2, 2). A
-    short last batch leaves some replicas with empty batches.
+    short last batch leaves some replicas with empty batches. With
+    ``InputOptions(auto_shard_policy=AutoShardPolicy.OFF)`` every worker keeps whole batches and
+    splits them over its local replicas only.
     """
 
     def __init__(self, strategy: Strategy, dataset: Any, options: Any = None) -> None:
+        from hpcdist.data.options import AutoShardPolicy, InputOptions
+
+        if options is not None and not isinstance(options, InputOptions):
+            raise TypeError(f"options must be hd.data.InputOptions, got {type(options).__name__}")
         self._strategy = strategy
         self._dataset = dataset
-        self._options = options
+        self._options = options or InputOptions()
+        self._shard_across_workers = self._options.auto_shard_policy is not AutoShardPolicy.OFF
 
     def _split(self, element: Any) -> list[Any]:
         leaves = flatten(element)
@@ -135,10 +142,15 @@ class DistributedDataset:
                 "experimental_distribute_dataset expects batched elements whose arrays share "
                 f"their first dimension, got shapes {[np.shape(x) for x in leaves]}"
             )
-        pieces = balanced_split(rows.pop(), self._strategy.num_replicas_in_sync)
+        if self._shard_across_workers:
+            pieces = balanced_split(rows.pop(), self._strategy.num_replicas_in_sync)
+            ids = list(self._strategy._replica_ids())
+        else:  # AutoShardPolicy.OFF: every worker keeps the whole batch for its own replicas
+            pieces = balanced_split(rows.pop(), self._strategy.extended.local_replicas)
+            ids = list(range(len(pieces)))
         return [
             map_structure(lambda a, lo=pieces[i][0], hi=pieces[i][1]: np.asarray(a)[lo:hi], element)
-            for i in self._strategy._replica_ids()
+            for i in ids
         ]
 
     def __iter__(self) -> DistributedIterator:

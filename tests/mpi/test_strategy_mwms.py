@@ -184,3 +184,12 @@ def test_central_storage_refuses_several_nodes():
         pytest.skip("one node: nothing to refuse")
     with pytest.raises(ValueError, match="span"):
         hd.CentralStorageStrategy()
+
+
+def test_auto_shard_off_gives_every_worker_the_whole_batch(strategy):
+    options = hd.data.InputOptions(auto_shard_policy=hd.data.AutoShardPolicy.OFF)
+    ds = hd.data.Dataset.range(10).batch(4)
+    batches = [b.tolist() for b in strategy.experimental_distribute_dataset(ds, options)]
+    assert batches == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    with pytest.raises(TypeError, match="InputOptions"):
+        strategy.experimental_distribute_dataset(ds, {"auto_shard_policy": "OFF"})
