@@ -99,7 +99,8 @@ class Handle:
 class Communicator:
     """Collectives over a group of ranks (API section 2).
 
-    Construction is collective over ``comm``.
+    Construction is collective over ``comm``. On more than one rank it installs the
+    abort-on-exception hook (`hpcdist.abort`) unless ``HPCDIST_ABORT_ON_EXCEPTION=0``.
 
     Args:
         comm: The process group; ``MPI.COMM_WORLD`` by default. hpcdist works on a ``Dup()``.
@@ -141,6 +142,8 @@ class Communicator:
         self._ring = RingBackend(self._comm)
         self._hier = HierarchicalBackend(self._comm, self._node_comm, self._leader_comm, self._shm)
         _register(self)
+        if self.size > 1 and self.settings.abort_on_exception:
+            abort.install()  # a rank that dies must not leave the others waiting in a collective
 
     # -- topology -----------------------------------------------------------------------------
 
@@ -874,12 +877,10 @@ def _close_all() -> None:
 def world() -> Communicator:
     """Return hpcdist's world communicator (created on first call; collective then).
 
-    On more than one rank this also installs the abort-on-exception hook (see `hpcdist.abort`)
-    unless ``HPCDIST_ABORT_ON_EXCEPTION=0``.
+    Like every `Communicator` on more than one rank, it installs the abort-on-exception hook
+    (see `hpcdist.abort`) unless ``HPCDIST_ABORT_ON_EXCEPTION=0``.
     """
     global _world
     if _world is None:
         _world = Communicator()
-        if _world.size > 1 and _world.settings.abort_on_exception:
-            abort.install()
     return _world
