@@ -217,35 +217,51 @@ class Variable:
         """Subtract ``delta``."""
         return self.assign_add(-np.asarray(delta, dtype=self.dtype), read_value)
 
-    # -- arithmetic on the value -----------------------------------------------------------
+    # -- arithmetic: differentiable, through hpcdist.nn (a traced leaf under a tape) ---------
 
-    def __add__(self, other: Any) -> np.ndarray:
-        return self.read_value() + np.asarray(other)
+    def _op(self, name: str, *args: Any) -> Any:
+        from hpcdist.nn import ops
 
-    __radd__ = __add__
+        return getattr(ops, name)(*args)
 
-    def __sub__(self, other: Any) -> np.ndarray:
-        return self.read_value() - np.asarray(other)
+    def __add__(self, other: Any) -> Any:
+        return self._op("add", self, other)
 
-    def __rsub__(self, other: Any) -> np.ndarray:
-        return np.asarray(other) - self.read_value()
+    def __radd__(self, other: Any) -> Any:
+        return self._op("add", other, self)
 
-    def __mul__(self, other: Any) -> np.ndarray:
-        return self.read_value() * np.asarray(other)
+    def __sub__(self, other: Any) -> Any:
+        return self._op("subtract", self, other)
 
-    __rmul__ = __mul__
+    def __rsub__(self, other: Any) -> Any:
+        return self._op("subtract", other, self)
 
-    def __truediv__(self, other: Any) -> np.ndarray:
-        return self.read_value() / np.asarray(other)
+    def __mul__(self, other: Any) -> Any:
+        return self._op("multiply", self, other)
 
-    def __neg__(self) -> np.ndarray:
-        return -self.read_value()
+    def __rmul__(self, other: Any) -> Any:
+        return self._op("multiply", other, self)
 
-    def __matmul__(self, other: Any) -> np.ndarray:
-        return self.read_value() @ np.asarray(other)
+    def __truediv__(self, other: Any) -> Any:
+        return self._op("divide", self, other)
 
-    def __rmatmul__(self, other: Any) -> np.ndarray:
-        return np.asarray(other) @ self.read_value()
+    def __rtruediv__(self, other: Any) -> Any:
+        return self._op("divide", other, self)
+
+    def __neg__(self) -> Any:
+        return self._op("negative", self)
+
+    def __pow__(self, exponent: float) -> Any:
+        return self._op("power", self, exponent)
+
+    def __matmul__(self, other: Any) -> Any:
+        return self._op("matmul", self, other)
+
+    def __rmatmul__(self, other: Any) -> Any:
+        return self._op("matmul", other, self)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._op("getitem", self, index)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} shape={self.shape} dtype={self.dtype}>"

@@ -1,0 +1,343 @@
+"""Reverse-mode automatic differentiation on numpy arrays: `Tensor` and `GradientTape`.
+
+While a `GradientTape` is active, every operation on a `Tensor` that depends on a watched
+source (a trainable variable read under the tape, or a tensor passed to `tape.watch`) records
+its inputs and a backward function on the result. `tape.gradient(target, sources)` walks that
+graph once in reverse topological order. Without an active tape nothing is recorded, so
+inference costs plain numpy.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["GradientTape", "Tensor", "as_tensor", "constant", "record", "unbroadcast"]
+
+
+class _TapeState(threading.local):
+    def __init__(self) -> None:
+        self.tapes: list[GradientTape] = []
+
+
+_state = _TapeState()
+
+
+def recording() -> bool:
+    """Whether any tape records in this thread."""
+    return bool(_state.tapes)
+
+
+class Tensor:
+    """An array that remembers how it was computed (when a tape records).
+
+    Args:
+        value: The array.
+        parents: Tensors this one was computed from.
+        backward: Maps the gradient of this tensor to the gradients of ``parents``.
+        source: The variable this tensor reads, for leaves.
+    """
+
+    __slots__ = ("__weakref__", "backward", "parents", "source", "trace", "value")
+    __array_priority__ = 100
+
+    def __init__(
+        self,
+        value: Any,
+        parents: tuple[Tensor, ...] = (),
+        backward: Callable[[np.ndarray], Sequence[np.ndarray | None]] | None = None,
+        source: Any = None,
+    ) -> None:
+        self.value = value if isinstance(value, np.ndarray) else np.asarray(value)
+        self.parents = parents
+        self.backward = backward
+        self.source = source
+        self.trace = bool(parents) or source is not None
+
+    # -- array protocol -----------------------------------------------------------------------
+
+    def numpy(self) -> np.ndarray:
+        """The value (not a copy)."""
+        return self.value
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return self.value if dtype is None else self.value.astype(dtype)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Shape of the value."""
+        return self.value.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        """Dtype of the value."""
+        return self.value.dtype
+
+    @property
+    def ndim(self) -> int:
+        """Rank of the value."""
+        return self.value.ndim
+
+    def __len__(self) -> int:
+        return len(self.value)
+
+    def __float__(self) -> float:
+        return float(self.value)
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.value!r})"
+
+    # -- arithmetic (see hpcdist.nn.ops) --------------------------------------------------------
+
+    def __add__(self, other: Any) -> Tensor:
+        from hpcdist.nn import ops
+
+        return ops.add(self, other)
+
+    def __radd__(self, other: Any) -> Tensor:
+        from hpcdist.nn import ops
+
+        return ops.add(other, self)
+
+    def __sub__(self, other: Any) -> Tensor:
+        from hpcdist.nn import ops
+
+        return ops.subtract(self, other)
+
+    def __rsub__(self, other: Any) -> Tensor:
+        from hpcdist.nn import ops
+
+        return ops.subtract(other, self)
+
+    def __mul__(self, other: Any) -> Tensor:
+        from hpcdist.nn import ops
+
+        return ops.multiply(self, other)
+
+    def __rmul__(self, other: Any) -> Tensor:
+        from hpcdist.nn import ops
+
+        return ops.multiply(other, self)
+
+    def __truediv__(self, other: Any) -> Tensor:
+        from hpcdist.nn import ops
+
+        return ops.divide(self, other)
+
+    def __rtruediv__(self, other: Any) -> Tensor:
+        from hpcdist.nn import ops
+
+        return ops.divide(other, self)
+
+    def __neg__(self) -> Tensor:
+        from hpcdist.nn import ops
+
+        return ops.negative(self)
+
+    def __pow__(self, exponent: float) -> Tensor:
+        from hpcdist.nn import ops
+
+        return ops.power(self, exponent)
+
+    def __matmul__(self, other: Any) -> Tensor:
+        from hpcdist.nn import ops
+
+        return ops.matmul(self, other)
+
+    def __rmatmul__(self, other: Any) -> Tensor:
+        from hpcdist.nn import ops
+
+        return ops.matmul(other, self)
+
+    def __getitem__(self, index: Any) -> Tensor:
+        from hpcdist.nn import ops
+
+        return ops.getitem(self, index)
+
+    # Comparisons give plain boolean arrays (not differentiable), element-wise as in TF.
+    __hash__ = object.__hash__
+
+    def __eq__(self, other: object) -> np.ndarray:  # type: ignore[override]
+        return self.value == np.asarray(other)
+
+    def __ne__(self, other: object) -> np.ndarray:  # type: ignore[override]
+        return self.value != np.asarray(other)
+
+    def __lt__(self, other: Any) -> np.ndarray:
+        return self.value < np.asarray(other)
+
+    def __le__(self, other: Any) -> np.ndarray:
+        return self.value <= np.asarray(other)
+
+    def __gt__(self, other: Any) -> np.ndarray:
+        return self.value > np.asarray(other)
+
+    def __ge__(self, other: Any) -> np.ndarray:
+        return self.value >= np.asarray(other)
+
+    def sum(self, axis: Any = None, keepdims: bool = False) -> Tensor:
+        """Sum (recorded)."""
+        from hpcdist.nn import ops
+
+        return ops.reduce_sum(self, axis, keepdims)
+
+    def mean(self, axis: Any = None, keepdims: bool = False) -> Tensor:
+        """Mean (recorded)."""
+        from hpcdist.nn import ops
+
+        return ops.reduce_mean(self, axis, keepdims)
+
+    def reshape(self, *shape: Any) -> Tensor:
+        """Reshape (recorded)."""
+        from hpcdist.nn import ops
+
+        return ops.reshape(self, shape[0] if len(shape) == 1 else shape)
+
+
+def constant(value: Any, dtype: Any = None) -> Tensor:
+    """A tensor that records nothing."""
+    return Tensor(np.asarray(value, dtype=dtype))
+
+
+def as_tensor(x: Any) -> Tensor:
+    """Return ``x`` as a `Tensor`; a variable read under a tape becomes a traced leaf."""
+    if isinstance(x, Tensor):
+        return x
+    from hpcdist.strategies.variables import Variable
+
+    if isinstance(x, Variable):
+        value = x._value()
+        if recording() and any(t._watches(x) for t in _state.tapes):
+            return Tensor(value, source=x)
+        return Tensor(value)
+    return Tensor(np.asarray(x))
+
+
+def record(
+    value: np.ndarray,
+    inputs: Sequence[Tensor],
+    backward: Callable[[np.ndarray], Sequence[np.ndarray | None]],
+) -> Tensor:
+    """The result of an operation: traced when a tape records and an input is traced."""
+    if _state.tapes and any(t.trace for t in inputs):
+        return Tensor(value, tuple(inputs), backward)
+    return Tensor(value)
+
+
+def unbroadcast(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Sum ``grad`` over the axes along which an operand of ``shape`` was broadcast."""
+    if grad.shape == shape:
+        return grad
+    while grad.ndim > len(shape):
+        grad = grad.sum(axis=0)
+    for axis, size in enumerate(shape):
+        if size == 1 and grad.shape[axis] != 1:
+            grad = grad.sum(axis=axis, keepdims=True)
+    return grad.reshape(shape)
+
+
+class GradientTape:
+    """Records operations for reverse-mode differentiation (``tf.GradientTape``).
+
+    Args:
+        persistent: Allow several `gradient` calls.
+        watch_accessed_variables: Trace every trainable variable read under the tape.
+    """
+
+    def __init__(self, persistent: bool = False, watch_accessed_variables: bool = True) -> None:
+        self.persistent = persistent
+        self.watch_accessed_variables = watch_accessed_variables
+        self._watched: set[int] = set()
+        self._used = False
+
+    def __enter__(self) -> GradientTape:
+        _state.tapes.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _state.tapes.remove(self)
+
+    def _watches(self, variable: Any) -> bool:
+        return id(variable) in self._watched or (
+            self.watch_accessed_variables and getattr(variable, "trainable", False)
+        )
+
+    def watch(self, x: Any) -> None:
+        """Trace a variable (even non-trainable) or a tensor from now on."""
+        for item in x if isinstance(x, (list, tuple)) else [x]:
+            if isinstance(item, Tensor):
+                item.trace = True
+                self._watched.add(id(item))
+            else:
+                self._watched.add(id(item))
+
+    def gradient(self, target: Any, sources: Any, output_gradients: Any = None) -> Any:
+        """Gradients of ``target`` with respect to ``sources`` (None where unconnected).
+
+        Args:
+            target: A `Tensor` (non-scalar targets are summed, as in TF).
+            sources: A variable or tensor, or a list/tuple of them.
+            output_gradients: Gradient of ``target`` (default ones).
+
+        Raises:
+            RuntimeError: A non-persistent tape was already used.
+        """
+        if self._used and not self.persistent:
+            raise RuntimeError(
+                "A non-persistent GradientTape can only be used to compute one set of gradients"
+            )
+        self._used = True
+        single = not isinstance(sources, (list, tuple))
+        source_list = [sources] if single else list(sources)
+        if not isinstance(target, Tensor):
+            grads = [None] * len(source_list)
+            return grads[0] if single else grads
+        seed = (
+            np.ones_like(target.value)
+            if output_gradients is None
+            else np.asarray(output_gradients, dtype=target.value.dtype)
+        )
+        by_tensor = _backpropagate(target, seed)
+        out = []
+        for s in source_list:
+            key = id(s.source) if isinstance(s, Tensor) and s.source is not None else id(s)
+            out.append(by_tensor.get(key))
+        return out[0] if single else out
+
+
+def _backpropagate(target: Tensor, seed: np.ndarray) -> dict[int, np.ndarray]:
+    """Gradient for every traced tensor and every variable leaf, keyed by ``id``."""
+    order: list[Tensor] = []
+    seen: set[int] = set()
+    stack: list[tuple[Tensor, bool]] = [(target, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        for parent in node.parents:
+            if parent.trace and id(parent) not in seen:
+                stack.append((parent, False))
+    grads: dict[int, np.ndarray] = {id(target): seed}
+    results: dict[int, np.ndarray] = {}
+    for node in reversed(order):
+        grad = grads.pop(id(node), None)
+        if grad is None:
+            continue
+        key = id(node.source) if node.source is not None else id(node)
+        results[key] = results[key] + grad if key in results else grad
+        if node.backward is None:
+            continue
+        for parent, g in zip(node.parents, node.backward(grad), strict=True):
+            if g is None or not parent.trace:
+                continue
+            pid = id(parent)
+            grads[pid] = grads[pid] + g if pid in grads else g
+    return results

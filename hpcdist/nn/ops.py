@@ -1,0 +1,246 @@
+"""Differentiable operations on `Tensor` (numpy forward, hand-written backward)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from hpcdist.nn.autodiff import Tensor, as_tensor, record, unbroadcast
+
+__all__ = [
+    "add",
+    "divide",
+    "exp",
+    "gather",
+    "getitem",
+    "log",
+    "log_softmax",
+    "matmul",
+    "maximum",
+    "multiply",
+    "negative",
+    "power",
+    "reduce_mean",
+    "reduce_sum",
+    "relu",
+    "reshape",
+    "sigmoid",
+    "softmax",
+    "softplus",
+    "sqrt",
+    "square",
+    "subtract",
+    "tanh",
+]
+
+
+def _binary(a: Any, b: Any) -> tuple[Tensor, Tensor]:
+    return as_tensor(a), as_tensor(b)
+
+
+def add(a: Any, b: Any) -> Tensor:
+    """``a + b`` with broadcasting."""
+    a, b = _binary(a, b)
+    return record(
+        a.value + b.value,
+        (a, b),
+        lambda g: (unbroadcast(g, a.shape), unbroadcast(g, b.shape)),
+    )
+
+
+def subtract(a: Any, b: Any) -> Tensor:
+    """``a - b`` with broadcasting."""
+    a, b = _binary(a, b)
+    return record(
+        a.value - b.value,
+        (a, b),
+        lambda g: (unbroadcast(g, a.shape), unbroadcast(-g, b.shape)),
+    )
+
+
+def multiply(a: Any, b: Any) -> Tensor:
+    """``a * b`` with broadcasting."""
+    a, b = _binary(a, b)
+    return record(
+        a.value * b.value,
+        (a, b),
+        lambda g: (unbroadcast(g * b.value, a.shape), unbroadcast(g * a.value, b.shape)),
+    )
+
+
+def divide(a: Any, b: Any) -> Tensor:
+    """``a / b`` with broadcasting."""
+    a, b = _binary(a, b)
+    out = a.value / b.value
+    return record(
+        out,
+        (a, b),
+        lambda g: (unbroadcast(g / b.value, a.shape), unbroadcast(-g * out / b.value, b.shape)),
+    )
+
+
+def negative(a: Any) -> Tensor:
+    """``-a``."""
+    a = as_tensor(a)
+    return record(-a.value, (a,), lambda g: (-g,))
+
+
+def power(a: Any, exponent: float) -> Tensor:
+    """``a ** exponent`` for a constant exponent."""
+    a = as_tensor(a)
+    return record(a.value**exponent, (a,), lambda g: (g * exponent * a.value ** (exponent - 1),))
+
+
+def square(a: Any) -> Tensor:
+    """``a ** 2``."""
+    a = as_tensor(a)
+    return record(a.value * a.value, (a,), lambda g: (2 * g * a.value,))
+
+
+def sqrt(a: Any) -> Tensor:
+    """Square root."""
+    a = as_tensor(a)
+    out = np.sqrt(a.value)
+    return record(out, (a,), lambda g: (g / (2 * out),))
+
+
+def exp(a: Any) -> Tensor:
+    """Exponential."""
+    a = as_tensor(a)
+    out = np.exp(a.value)
+    return record(out, (a,), lambda g: (g * out,))
+
+
+def log(a: Any) -> Tensor:
+    """Natural logarithm."""
+    a = as_tensor(a)
+    return record(np.log(a.value), (a,), lambda g: (g / a.value,))
+
+
+def tanh(a: Any) -> Tensor:
+    """Hyperbolic tangent."""
+    a = as_tensor(a)
+    out = np.tanh(a.value)
+    return record(out, (a,), lambda g: (g * (1 - out * out),))
+
+
+def sigmoid(a: Any) -> Tensor:
+    """Logistic sigmoid (numerically stable)."""
+    a = as_tensor(a)
+    out = np.exp(-np.logaddexp(0, -a.value)).astype(a.dtype, copy=False)
+    return record(out, (a,), lambda g: (g * out * (1 - out),))
+
+
+def softplus(a: Any) -> Tensor:
+    """``log(1 + exp(a))`` (numerically stable)."""
+    a = as_tensor(a)
+    out = np.logaddexp(0, a.value).astype(a.dtype, copy=False)
+    sig = np.exp(-np.logaddexp(0, -a.value))
+    return record(out, (a,), lambda g: (g * sig,))
+
+
+def relu(a: Any) -> Tensor:
+    """``max(a, 0)``."""
+    a = as_tensor(a)
+    mask = a.value > 0
+    return record(a.value * mask, (a,), lambda g: (g * mask,))
+
+
+def maximum(a: Any, b: Any) -> Tensor:
+    """Element-wise maximum (ties send the gradient to ``a``)."""
+    a, b = _binary(a, b)
+    mask = a.value >= b.value
+    return record(
+        np.where(mask, a.value, b.value),
+        (a, b),
+        lambda g: (unbroadcast(g * mask, a.shape), unbroadcast(g * ~mask, b.shape)),
+    )
+
+
+def matmul(a: Any, b: Any) -> Tensor:
+    """Matrix product of 2-D (or batched) arrays."""
+    a, b = _binary(a, b)
+
+    def backward(g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ga = g @ np.swapaxes(b.value, -1, -2)
+        gb = np.swapaxes(a.value, -1, -2) @ g
+        return unbroadcast(ga, a.shape), unbroadcast(gb, b.shape)
+
+    return record(a.value @ b.value, (a, b), backward)
+
+
+def _expand(g: np.ndarray, shape: tuple[int, ...], axis: Any, keepdims: bool) -> np.ndarray:
+    if axis is not None and not keepdims:
+        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+        axes = tuple(ax % len(shape) for ax in axes)
+        g = np.expand_dims(g, axes)
+    return np.broadcast_to(g, shape)
+
+
+def reduce_sum(a: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """Sum over ``axis`` (all axes by default)."""
+    a = as_tensor(a)
+    return record(
+        np.sum(a.value, axis=axis, keepdims=keepdims),
+        (a,),
+        lambda g: (_expand(g, a.shape, axis, keepdims).copy(),),
+    )
+
+
+def reduce_mean(a: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """Mean over ``axis`` (all axes by default)."""
+    a = as_tensor(a)
+    out = np.mean(a.value, axis=axis, keepdims=keepdims)
+    count = a.value.size // max(np.size(out), 1) if a.value.size else 1
+    return record(out, (a,), lambda g: (_expand(g, a.shape, axis, keepdims) / count,))
+
+
+def reshape(a: Any, shape: Any) -> Tensor:
+    """Reshape."""
+    a = as_tensor(a)
+    return record(a.value.reshape(shape), (a,), lambda g: (g.reshape(a.shape),))
+
+
+def getitem(a: Any, index: Any) -> Tensor:
+    """``a[index]`` (basic and integer-array indexing)."""
+    a = as_tensor(a)
+
+    def backward(g: np.ndarray) -> tuple[np.ndarray]:
+        out = np.zeros_like(a.value)
+        np.add.at(out, index, g)
+        return (out,)
+
+    return record(a.value[index], (a,), backward)
+
+
+def gather(params: Any, ids: Any) -> Tensor:
+    """Rows of ``params`` at integer ``ids`` (any shape); the gradient is scattered back."""
+    params = as_tensor(params)
+    ids = np.asarray(ids.value if isinstance(ids, Tensor) else ids)
+    if ids.dtype.kind not in "iu":
+        raise TypeError(f"gather needs integer ids, got dtype {ids.dtype}")
+
+    def backward(g: np.ndarray) -> tuple[np.ndarray]:
+        out = np.zeros_like(params.value)
+        np.add.at(out, ids.reshape(-1), g.reshape(-1, *params.shape[1:]))
+        return (out,)
+
+    return record(params.value[ids], (params,), backward)
+
+
+def log_softmax(a: Any, axis: int = -1) -> Tensor:
+    """``log(softmax(a))`` computed stably."""
+    a = as_tensor(a)
+    shifted = a.value - a.value.max(axis=axis, keepdims=True)
+    out = shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
+    soft = np.exp(out)
+    return record(out, (a,), lambda g: (g - soft * g.sum(axis=axis, keepdims=True),))
+
+
+def softmax(a: Any, axis: int = -1) -> Tensor:
+    """Softmax along ``axis``."""
+    a = as_tensor(a)
+    shifted = np.exp(a.value - a.value.max(axis=axis, keepdims=True))
+    out = shifted / shifted.sum(axis=axis, keepdims=True)
+    return record(out, (a,), lambda g: (out * (g - (g * out).sum(axis=axis, keepdims=True)),))
