@@ -1,14 +1,39 @@
-"""Models and training on numpy (API section 5). Today: loss scaling for replicas."""
+"""Models and training on numpy (API section 5).
 
-from hpcdist.nn import ops
+Keras-shaped layers, losses, optimizers, metrics, callbacks and `Model.fit`, with reverse-mode
+autodiff (`GradientTape`).
+"""
+
+from hpcdist.nn import (
+    callbacks,
+    initializers,
+    layers,
+    losses,
+    metrics,
+    ops,
+    optimizers,
+    regularizers,
+)
 from hpcdist.nn.autodiff import GradientTape, Tensor, constant
+from hpcdist.nn.initializers import set_random_seed
 from hpcdist.nn.loss_scaling import compute_average_loss, scale_regularization_loss
+from hpcdist.nn.models import Model, Sequential
 
 __all__ = [
     "GradientTape",
+    "Model",
+    "Sequential",
     "Tensor",
+    "callbacks",
     "compute_average_loss",
     "constant",
+    "initializers",
+    "layers",
+    "losses",
+    "metrics",
     "ops",
+    "optimizers",
+    "regularizers",
     "scale_regularization_loss",
+    "set_random_seed",
 ]

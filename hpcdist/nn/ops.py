@@ -10,6 +10,7 @@ from hpcdist.nn.autodiff import Tensor, as_tensor, record, unbroadcast
 
 __all__ = [
     "add",
+    "cast",
     "divide",
     "exp",
     "gather",
@@ -37,6 +38,14 @@ __all__ = [
 
 def _binary(a: Any, b: Any) -> tuple[Tensor, Tensor]:
     return as_tensor(a), as_tensor(b)
+
+
+def cast(a: Any, dtype: Any) -> Tensor:
+    """Convert to ``dtype`` (the gradient is converted back)."""
+    a = as_tensor(a)
+    if a.dtype == np.dtype(dtype):
+        return a
+    return record(a.value.astype(dtype), (a,), lambda g: (g.astype(a.dtype),))
 
 
 def add(a: Any, b: Any) -> Tensor:

@@ -91,7 +91,10 @@ class DistributedIterator:
             return False, None
         self.steps += 1
         values = self._split(element)
-        return True, values[0] if len(values) == 1 else PerReplica(values)
+        if len(values) == 1:
+            return True, values[0]
+        # TF's regroup: a structure whose leaves are per-replica values.
+        return True, map_structure(lambda *parts: PerReplica(parts), *values)
 
     def __next__(self) -> Any:
         has, value = self._fetch()
@@ -135,7 +138,7 @@ class DistributedDataset:
         self._shard_across_workers = self._options.auto_shard_policy is not AutoShardPolicy.OFF
 
     def _split(self, element: Any) -> list[Any]:
-        leaves = flatten(element)
+        leaves = [leaf for leaf in flatten(element) if leaf is not None]
         rows = {np.shape(leaf)[0] if np.ndim(leaf) else None for leaf in leaves}
         if None in rows or len(rows) != 1:
             raise ValueError(
@@ -149,7 +152,12 @@ class DistributedDataset:
             pieces = balanced_split(rows.pop(), self._strategy.extended.local_replicas)
             ids = list(range(len(pieces)))
         return [
-            map_structure(lambda a, lo=pieces[i][0], hi=pieces[i][1]: np.asarray(a)[lo:hi], element)
+            map_structure(
+                lambda a, lo=pieces[i][0], hi=pieces[i][1]: (
+                    None if a is None else np.asarray(a)[lo:hi]
+                ),
+                element,
+            )
             for i in ids
         ]
 

@@ -342,8 +342,13 @@ class Strategy:
 
 
 def _select(value: Any, local: int) -> Any:
+    """This replica's component of ``value``, also inside tuples and dicts (TF's rule)."""
     if isinstance(value, DistributedValues):
         return value.values[local]
+    if isinstance(value, (tuple, dict)):
+        return map_structure(
+            lambda v: v.values[local] if isinstance(v, DistributedValues) else v, value
+        )
     return value
 
 

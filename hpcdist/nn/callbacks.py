@@ -1,0 +1,200 @@
+"""Callbacks for `Model.fit` (Keras): History, ProgressBar, EarlyStopping, LearningRateScheduler."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "Callback",
+    "CallbackList",
+    "EarlyStopping",
+    "History",
+    "LearningRateScheduler",
+    "ProgressBar",
+]
+
+
+class Callback:
+    """Base class; ``self.model`` is set by `Model.fit`. Every hook is optional."""
+
+    def __init__(self) -> None:
+        self.model: Any = None
+        self.params: dict[str, Any] = {}
+
+    def set_model(self, model: Any) -> None:
+        """Attach the model being trained."""
+        self.model = model
+
+    def set_params(self, params: dict[str, Any]) -> None:
+        """Record ``epochs``, ``steps`` and ``verbose``."""
+        self.params = params
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        """Before the first epoch."""
+
+    def on_train_end(self, logs: dict | None = None) -> None:
+        """After the last epoch."""
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        """Before an epoch."""
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        """After an epoch; ``logs`` holds the epoch's metrics (validation ones prefixed val_)."""
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        """After a training step."""
+
+
+class CallbackList:
+    """Dispatches every hook to several callbacks."""
+
+    def __init__(self, callbacks: list[Callback], model: Any, params: dict[str, Any]) -> None:
+        self.callbacks = list(callbacks)
+        for cb in self.callbacks:
+            cb.set_model(model)
+            cb.set_params(params)
+
+    def __getattr__(self, hook: str) -> Callable[..., None]:
+        def dispatch(*args: Any, **kwargs: Any) -> None:
+            for cb in self.callbacks:
+                getattr(cb, hook)(*args, **kwargs)
+
+        return dispatch
+
+
+class History(Callback):
+    """Records each epoch's logs in ``history`` (returned by `Model.fit`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.history: dict[str, list[float]] = {}
+        self.epoch: list[int] = []
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        """Append the epoch's values."""
+        self.epoch.append(epoch)
+        for key, value in (logs or {}).items():
+            self.history.setdefault(key, []).append(value)
+
+
+class ProgressBar(Callback):
+    """A per-epoch progress bar (tqdm) on the chief only; other ranks print nothing.
+
+    Args:
+        is_chief: Whether this process prints; by default the model's strategy decides.
+        file: Stream to draw on.
+    """
+
+    def __init__(self, is_chief: bool | None = None, file: Any = None) -> None:
+        super().__init__()
+        self.is_chief = is_chief
+        self.file = file
+        self._bar: Any = None
+
+    def _chief(self) -> bool:
+        if self.is_chief is not None:
+            return self.is_chief
+        return self.model.distribute_strategy.extended.should_checkpoint
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        """Open the bar."""
+        if not self._chief():
+            return
+        from tqdm import tqdm
+
+        self._bar = tqdm(
+            total=self.params.get("steps"),
+            desc=f"Epoch {epoch + 1}/{self.params.get('epochs')}",
+            unit="step",
+            file=self.file or sys.stderr,
+            leave=True,
+            dynamic_ncols=True,
+        )
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        """Advance."""
+        if self._bar is not None:
+            self._bar.update(1)
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        """Show the epoch's metrics and close."""
+        if self._bar is not None:
+            self._bar.set_postfix({k: f"{v:.4f}" for k, v in (logs or {}).items()})
+            self._bar.close()
+            self._bar = None
+
+
+class EarlyStopping(Callback):
+    """Stop when ``monitor`` has not improved by ``min_delta`` for ``patience`` epochs.
+
+    Args:
+        monitor: Logged quantity, e.g. ``"val_loss"``.
+        min_delta: Smallest change that counts as an improvement.
+        patience: Epochs without improvement before stopping.
+        mode: ``"min"``, ``"max"`` or ``"auto"`` (max for names containing "acc").
+        restore_best_weights: Put back the best epoch's weights when stopping.
+    """
+
+    def __init__(
+        self,
+        monitor: str = "val_loss",
+        min_delta: float = 0.0,
+        patience: int = 0,
+        mode: str = "auto",
+        restore_best_weights: bool = False,
+    ) -> None:
+        super().__init__()
+        if mode not in ("auto", "min", "max"):
+            raise ValueError(f"mode must be 'auto', 'min' or 'max', got {mode!r}")
+        self.monitor, self.min_delta, self.patience = monitor, abs(min_delta), patience
+        self.mode = ("max" if "acc" in monitor else "min") if mode == "auto" else mode
+        self.restore_best_weights = restore_best_weights
+        self.stopped_epoch = 0
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        """Reset."""
+        self.wait, self.best, self.best_weights = 0, np.inf if self.mode == "min" else -np.inf, None
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        """Compare, count, maybe stop.
+
+        Raises:
+            KeyError: ``monitor`` is not in the logs.
+        """
+        logs = logs or {}
+        if self.monitor not in logs:
+            raise KeyError(f"EarlyStopping monitors {self.monitor!r}, logs have {sorted(logs)}")
+        value = logs[self.monitor]
+        better = (
+            value < self.best - self.min_delta
+            if self.mode == "min"
+            else value > self.best + self.min_delta
+        )
+        if better:
+            self.best, self.wait = value, 0
+            if self.restore_best_weights:
+                self.best_weights = self.model.get_weights()
+            return
+        self.wait += 1
+        if self.wait > self.patience:
+            self.stopped_epoch = epoch
+            self.model.stop_training = True
+            if self.restore_best_weights and self.best_weights is not None:
+                self.model.set_weights(self.best_weights)
+
+
+class LearningRateScheduler(Callback):
+    """Set the optimizer's learning rate to ``schedule(epoch, lr)`` before each epoch."""
+
+    def __init__(self, schedule: Callable[[int, float], float]) -> None:
+        super().__init__()
+        self.schedule = schedule
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        """Update the learning rate."""
+        optimizer = self.model.optimizer
+        optimizer.learning_rate = float(self.schedule(epoch, optimizer.learning_rate))

@@ -1,0 +1,188 @@
+"""Metrics (Keras) with sync-on-read SUM state.
+
+Each replica accumulates its own copy; `result()` in cross-replica context sums the copies over
+all replicas (a collective under MPI), so every example is counted exactly once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from hpcdist.nn.autodiff import Tensor
+from hpcdist.strategies import context
+from hpcdist.strategies.variables import VariableAggregation, VariableSynchronization
+
+__all__ = [
+    "Accuracy",
+    "BinaryAccuracy",
+    "CategoricalAccuracy",
+    "Mean",
+    "MeanSquaredError",
+    "Metric",
+    "SparseCategoricalAccuracy",
+    "Sum",
+    "get",
+]
+
+
+def _array(x: Any) -> np.ndarray:
+    return np.asarray(x.value if isinstance(x, Tensor) else x)
+
+
+class Metric:
+    """Base class: ``total`` and ``count`` state, ``result = total / count``.
+
+    Args:
+        name: Name.
+    """
+
+    def __init__(self, name: str | None = None) -> None:
+        self.name = name or "".join(
+            "_" + c.lower() if c.isupper() else c for c in type(self).__name__
+        ).lstrip("_")
+        strategy = context.get_strategy()
+        make = lambda n: strategy.Variable(  # noqa: E731
+            np.float64(0),
+            name=f"{self.name}/{n}",
+            trainable=False,
+            synchronization=VariableSynchronization.ON_READ,
+            aggregation=VariableAggregation.SUM,
+        )
+        self.total, self.count = make("total"), make("count")
+
+    def _accumulate(self, values: np.ndarray, sample_weight: Any) -> None:
+        values = values.astype(np.float64).reshape(-1)
+        if sample_weight is not None:
+            w = np.broadcast_to(np.asarray(sample_weight, np.float64).reshape(-1), values.shape)
+            self.total.assign_add(float((values * w).sum()), read_value=False)
+            self.count.assign_add(float(w.sum()), read_value=False)
+        else:
+            self.total.assign_add(float(values.sum()), read_value=False)
+            self.count.assign_add(float(values.size), read_value=False)
+
+    def update_state(self, *args: Any, sample_weight: Any = None) -> None:
+        """Accumulate (override)."""
+        raise NotImplementedError
+
+    def result(self) -> float:
+        """``total / count`` over every replica (0 before any update)."""
+        total, count = float(self.total.numpy()), float(self.count.numpy())
+        return total / count if count else 0.0
+
+    def reset_state(self) -> None:
+        """Zero the state (cross-replica context)."""
+        self.total.assign(0.0, read_value=False)
+        self.count.assign(0.0, read_value=False)
+
+    @property
+    def variables(self) -> list[Any]:
+        """The state variables."""
+        return [self.total, self.count]
+
+
+class Mean(Metric):
+    """The (weighted) mean of the values passed to `update_state`."""
+
+    def update_state(self, values: Any, sample_weight: Any = None) -> None:
+        """Add values."""
+        self._accumulate(_array(values), sample_weight)
+
+
+class Sum(Metric):
+    """The (weighted) sum of the values passed to `update_state`."""
+
+    def update_state(self, values: Any, sample_weight: Any = None) -> None:
+        """Add values."""
+        self._accumulate(_array(values), sample_weight)
+
+    def result(self) -> float:
+        """The sum."""
+        return float(self.total.numpy())
+
+
+class Accuracy(Metric):
+    """Fraction of predictions equal to the targets."""
+
+    def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
+        """Compare element-wise."""
+        t, p = _array(y_true), _array(y_pred)
+        self._accumulate((t.reshape(p.shape) == p).astype(np.float64), sample_weight)
+
+
+class BinaryAccuracy(Metric):
+    """Fraction of ``(y_pred > threshold) == y_true``."""
+
+    def __init__(self, name: str | None = None, threshold: float = 0.5) -> None:
+        super().__init__(name)
+        self.threshold = threshold
+
+    def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
+        """Threshold, then compare."""
+        p = _array(y_pred) > self.threshold
+        t = _array(y_true).reshape(p.shape) > 0.5
+        self._accumulate((p == t).mean(axis=-1) if p.ndim > 1 else (p == t), sample_weight)
+
+
+class CategoricalAccuracy(Metric):
+    """Fraction where ``argmax(y_pred) == argmax(y_true)``."""
+
+    def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
+        """Compare arg-maxes."""
+        self._accumulate(_array(y_pred).argmax(-1) == _array(y_true).argmax(-1), sample_weight)
+
+
+class SparseCategoricalAccuracy(Metric):
+    """Fraction where ``argmax(y_pred) == y_true`` (integer labels)."""
+
+    def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
+        """Compare the arg-max with the label."""
+        p = _array(y_pred)
+        t = _array(y_true).reshape(-1)
+        classes = p.shape[-1] if p.ndim > 1 else 1
+        self._accumulate(p.reshape(len(t), classes).argmax(-1) == t, sample_weight)
+
+
+class MeanSquaredError(Metric):
+    """Mean of ``(y_true - y_pred) ** 2`` per example."""
+
+    def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
+        """Squared error averaged over the last axis."""
+        p = _array(y_pred)
+        err = (p - _array(y_true).reshape(p.shape)) ** 2
+        self._accumulate(err.mean(axis=-1) if err.ndim > 1 else err, sample_weight)
+
+
+_BY_NAME = {
+    "accuracy": Accuracy,
+    "acc": Accuracy,
+    "binary_accuracy": BinaryAccuracy,
+    "categorical_accuracy": CategoricalAccuracy,
+    "sparse_categorical_accuracy": SparseCategoricalAccuracy,
+    "mse": MeanSquaredError,
+    "mean_squared_error": MeanSquaredError,
+}
+
+
+def get(identifier: Any, loss: Any = None) -> Metric:
+    """A metric from an instance or a name. ``"accuracy"`` picks the accuracy matching ``loss``.
+
+    Raises:
+        ValueError: Unknown name.
+    """
+    if isinstance(identifier, Metric):
+        return identifier
+    name = str(identifier).lower()
+    if name in ("accuracy", "acc") and loss is not None:
+        loss_name = type(loss).__name__
+        if loss_name == "SparseCategoricalCrossentropy":
+            return SparseCategoricalAccuracy(name="accuracy")
+        if loss_name == "CategoricalCrossentropy":
+            return CategoricalAccuracy(name="accuracy")
+        if loss_name == "BinaryCrossentropy":
+            return BinaryAccuracy(name="accuracy")
+    try:
+        return _BY_NAME[name](name=name)
+    except KeyError:
+        raise ValueError(f"unknown metric {identifier!r}; known: {sorted(_BY_NAME)}") from None

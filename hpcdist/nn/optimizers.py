@@ -1,0 +1,328 @@
+"""Optimizers (Keras update rules) that all-reduce gradients across replicas.
+
+`Optimizer.apply_gradients` called in replica context (inside ``strategy.run``) sums the
+gradients over all replicas once per step, fused into few collectives
+(`StrategyExtended.batch_reduce_to` -> `Communicator.grouped_allreduce`), then applies the
+update once in cross-replica context to every copy of each variable. Slot variables (momenta,
+moments) are variables of the same strategy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from hpcdist.comm.ops import ReduceOp
+from hpcdist.nn.autodiff import Tensor
+from hpcdist.strategies import context
+from hpcdist.strategies.values import PerReplica
+
+__all__ = [
+    "SGD",
+    "Adam",
+    "AdamW",
+    "ExponentialDecay",
+    "LearningRateSchedule",
+    "Optimizer",
+    "PiecewiseConstantDecay",
+    "RMSprop",
+    "get",
+]
+
+
+class LearningRateSchedule:
+    """``schedule(step) -> learning rate``."""
+
+    def __call__(self, step: int) -> float:
+        """The learning rate at ``step``."""
+        raise NotImplementedError
+
+
+class ExponentialDecay(LearningRateSchedule):
+    """``initial * decay_rate ** (step / decay_steps)`` (floored with ``staircase``)."""
+
+    def __init__(
+        self,
+        initial_learning_rate: float,
+        decay_steps: int,
+        decay_rate: float,
+        staircase: bool = False,
+    ) -> None:
+        if decay_steps <= 0:
+            raise ValueError(f"decay_steps must be positive, got {decay_steps}")
+        self.initial, self.decay_steps, self.rate, self.staircase = (
+            float(initial_learning_rate),
+            int(decay_steps),
+            float(decay_rate),
+            staircase,
+        )
+
+    def __call__(self, step: int) -> float:
+        """The decayed rate."""
+        p = step / self.decay_steps
+        return self.initial * self.rate ** (np.floor(p) if self.staircase else p)
+
+
+class PiecewiseConstantDecay(LearningRateSchedule):
+    """``values[i]`` while ``step <= boundaries[i]`` (Keras' rule)."""
+
+    def __init__(self, boundaries: list[int], values: list[float]) -> None:
+        if len(values) != len(boundaries) + 1:
+            raise ValueError(
+                f"values must have one more entry than boundaries, got {len(values)} and "
+                f"{len(boundaries)}"
+            )
+        self.boundaries, self.values = list(boundaries), [float(v) for v in values]
+
+    def __call__(self, step: int) -> float:
+        """The rate of the piece ``step`` falls in."""
+        for boundary, value in zip(self.boundaries, self.values, strict=False):
+            if step <= boundary:
+                return value
+        return self.values[-1]
+
+
+class Optimizer:
+    """Base class.
+
+    Args:
+        learning_rate: A float or a `LearningRateSchedule` of the iteration count.
+        name: Name.
+    """
+
+    def __init__(self, learning_rate: float | LearningRateSchedule = 0.01, name: str | None = None):
+        self._learning_rate = learning_rate
+        self.name = name or type(self).__name__
+        self._slots: dict[tuple[int, str], Any] = {}
+        self.iterations: Any = None
+
+    # -- learning rate -------------------------------------------------------------------------
+
+    @property
+    def learning_rate(self) -> float:
+        """The current learning rate (schedules evaluated at `iterations`)."""
+        lr = self._learning_rate
+        if isinstance(lr, LearningRateSchedule):
+            return float(lr(int(self.iterations.numpy()) if self.iterations is not None else 0))
+        return float(lr)
+
+    @learning_rate.setter
+    def learning_rate(self, value: float | LearningRateSchedule) -> None:
+        self._learning_rate = value
+
+    # -- slots -------------------------------------------------------------------------------------
+
+    def _build(self, variables: list[Any]) -> None:
+        strategy = context.get_strategy()
+        if self.iterations is None:
+            self.iterations = strategy.Variable(
+                np.int64(0), name=f"{self.name}/iterations", trainable=False
+            )
+        for var in variables:
+            for slot in self._slot_names():
+                key = (id(var), slot)
+                if key not in self._slots:
+                    self._slots[key] = strategy.Variable(
+                        np.zeros(var.shape, var.dtype), name=f"{var.name}/{slot}", trainable=False
+                    )
+
+    def _slot_names(self) -> tuple[str, ...]:
+        return ()
+
+    def slot(self, var: Any, name: str) -> Any:
+        """The slot variable ``name`` of ``var``."""
+        return self._slots[(id(var), name)]
+
+    @property
+    def variables(self) -> list[Any]:
+        """The iteration counter and every slot variable (for checkpoints)."""
+        return ([self.iterations] if self.iterations is not None else []) + list(
+            self._slots.values()
+        )
+
+    # -- applying -------------------------------------------------------------------------------
+
+    def apply_gradients(self, grads_and_vars: Iterable[tuple[Any, Any]]) -> None:
+        """Apply one update. In replica context gradients are first summed over all replicas.
+
+        Pairs whose gradient is None are skipped (as in Keras).
+        """
+        pairs = [(g, v) for g, v in grads_and_vars if g is not None]
+        if not pairs:
+            return
+        ctx = context.get_replica_context()
+        if context.has_strategy() and ctx is not None:
+            grads = [np.asarray(g.value if isinstance(g, Tensor) else g) for g, _ in pairs]
+            ctx.merge_call(_distributed_apply, args=(self, grads, [v for _, v in pairs]))
+        else:
+            self._apply(
+                [(np.asarray(g.value if isinstance(g, Tensor) else g), v) for g, v in pairs]
+            )
+
+    def minimize(self, loss_fn: Any, var_list: list[Any]) -> None:
+        """Compute gradients of ``loss_fn()`` with a tape and apply them."""
+        from hpcdist.nn.autodiff import GradientTape
+
+        with GradientTape() as tape:
+            loss = loss_fn()
+        self.apply_gradients(zip(tape.gradient(loss, var_list), var_list, strict=True))
+
+    def _apply(self, pairs: list[tuple[np.ndarray, Any]]) -> None:
+        self._build([v for _, v in pairs])
+        lr = self.learning_rate
+        step = int(self.iterations.numpy()) + 1
+        for grad, var in pairs:
+            update = self._update(grad.astype(var.dtype, copy=False), var, lr, step)
+            var.assign_add(update.astype(var.dtype, copy=False), read_value=False)
+        self.iterations.assign_add(1, read_value=False)
+
+    def _update(self, grad: np.ndarray, var: Any, lr: float, step: int) -> np.ndarray:
+        """The delta to add to ``var`` (override); slots are updated here."""
+        raise NotImplementedError
+
+
+def _distributed_apply(strategy: Any, optimizer: Optimizer, grads: Any, variables: Any) -> None:
+    """Cross-replica half of apply_gradients: one fused SUM all-reduce, then the update."""
+    variables = (
+        list(variables) if not isinstance(variables, PerReplica) else list(variables.values[0])
+    )
+    if isinstance(grads, PerReplica):  # several local replicas: grads is a PerReplica of lists
+        columns = list(zip(*grads.values, strict=True))
+        partials = [PerReplica(list(col)) for col in columns]
+    else:
+        partials = list(grads)
+    reduced = strategy.extended.batch_reduce_to(ReduceOp.SUM, [(p, None) for p in partials])
+    optimizer._apply(list(zip([np.asarray(r) for r in reduced], variables, strict=True)))
+
+
+class SGD(Optimizer):
+    """Gradient descent with optional (Nesterov) momentum (Keras' rule).
+
+    ``velocity = momentum * velocity - lr * g``; ``var += velocity`` (Nesterov:
+    ``var += momentum * velocity - lr * g``).
+    """
+
+    def __init__(
+        self,
+        learning_rate: Any = 0.01,
+        momentum: float = 0.0,
+        nesterov: bool = False,
+        **kwargs: Any,
+    ):
+        super().__init__(learning_rate, **kwargs)
+        if not 0 <= momentum <= 1:
+            raise ValueError(f"momentum must be in [0, 1], got {momentum}")
+        self.momentum, self.nesterov = float(momentum), nesterov
+
+    def _slot_names(self) -> tuple[str, ...]:
+        return ("momentum",) if self.momentum else ()
+
+    def _update(self, grad: np.ndarray, var: Any, lr: float, step: int) -> np.ndarray:
+        if not self.momentum:
+            return -lr * grad
+        velocity = self.slot(var, "momentum")
+        new_v = self.momentum * velocity.numpy() - lr * grad
+        velocity.assign(new_v, read_value=False)
+        return self.momentum * new_v - lr * grad if self.nesterov else new_v
+
+
+class Adam(Optimizer):
+    """Adam (Keras' rule, bias correction folded into the step size)."""
+
+    def __init__(
+        self,
+        learning_rate: Any = 0.001,
+        beta_1: float = 0.9,
+        beta_2: float = 0.999,
+        epsilon: float = 1e-7,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(learning_rate, **kwargs)
+        self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
+
+    def _slot_names(self) -> tuple[str, ...]:
+        return ("m", "v")
+
+    def _update(self, grad: np.ndarray, var: Any, lr: float, step: int) -> np.ndarray:
+        m, v = self.slot(var, "m"), self.slot(var, "v")
+        new_m = m.numpy() + (grad - m.numpy()) * (1 - self.beta_1)
+        new_v = v.numpy() + (grad * grad - v.numpy()) * (1 - self.beta_2)
+        m.assign(new_m, read_value=False)
+        v.assign(new_v, read_value=False)
+        alpha = lr * np.sqrt(1 - self.beta_2**step) / (1 - self.beta_1**step)
+        return -alpha * new_m / (np.sqrt(new_v) + self.epsilon)
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay: ``var -= lr * weight_decay * var`` before the Adam step."""
+
+    def __init__(
+        self, learning_rate: Any = 0.001, weight_decay: float = 0.004, **kwargs: Any
+    ) -> None:
+        super().__init__(learning_rate, **kwargs)
+        self.weight_decay = float(weight_decay)
+
+    def _update(self, grad: np.ndarray, var: Any, lr: float, step: int) -> np.ndarray:
+        decay = -lr * self.weight_decay * var.numpy()
+        return decay + super()._update(grad, var, lr, step)
+
+
+class RMSprop(Optimizer):
+    """RMSprop (Keras' rule), optionally centered and with momentum."""
+
+    def __init__(
+        self,
+        learning_rate: Any = 0.001,
+        rho: float = 0.9,
+        momentum: float = 0.0,
+        epsilon: float = 1e-7,
+        centered: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(learning_rate, **kwargs)
+        self.rho, self.momentum, self.epsilon, self.centered = (
+            float(rho),
+            float(momentum),
+            float(epsilon),
+            centered,
+        )
+
+    def _slot_names(self) -> tuple[str, ...]:
+        return ("velocity", "average_gradient", "momentum")
+
+    def _update(self, grad: np.ndarray, var: Any, lr: float, step: int) -> np.ndarray:
+        vel = self.slot(var, "velocity")
+        new_vel = self.rho * vel.numpy() + (1 - self.rho) * grad * grad
+        vel.assign(new_vel, read_value=False)
+        denom = new_vel
+        if self.centered:
+            avg = self.slot(var, "average_gradient")
+            new_avg = self.rho * avg.numpy() + (1 - self.rho) * grad
+            avg.assign(new_avg, read_value=False)
+            denom = new_vel - new_avg * new_avg
+        increment = lr * grad / np.sqrt(denom + self.epsilon)
+        if self.momentum:
+            mom = self.slot(var, "momentum")
+            new_mom = self.momentum * mom.numpy() + increment
+            mom.assign(new_mom, read_value=False)
+            return -new_mom
+        return -increment
+
+
+_BY_NAME = {"sgd": SGD, "adam": Adam, "adamw": AdamW, "rmsprop": RMSprop}
+
+
+def get(identifier: Any) -> Optimizer:
+    """An optimizer from an instance or a name (``"sgd"``, ``"adam"``, ...).
+
+    Raises:
+        ValueError: Unknown name.
+    """
+    if isinstance(identifier, Optimizer):
+        return identifier
+    try:
+        return _BY_NAME[str(identifier).lower()]()
+    except KeyError:
+        raise ValueError(f"unknown optimizer {identifier!r}; known: {sorted(_BY_NAME)}") from None
