@@ -49,7 +49,13 @@ def check_fit_matches_one_process(strategy, epochs=3, batch_size=20):
     """Distributed fit == one process on the same global batches (max abs diff < 1e-5)."""
     x, y = data()
     reference = build()
+    initial = reference.get_weights()
     ref_hist = reference.fit(x, y, batch_size=batch_size, epochs=epochs, verbose=0, seed=5)
+    assert (
+        max(np.abs(a - b).max() for a, b in zip(initial, reference.get_weights(), strict=True))
+        > 1e-2
+    )
+    assert ref_hist.history["loss"][-1] < ref_hist.history["loss"][0]
     model = build(strategy)
     hist = model.fit(x, y, batch_size=batch_size, epochs=epochs, verbose=0, seed=5)
     for a, b in zip(reference.get_weights(), model.get_weights(), strict=True):
@@ -90,10 +96,17 @@ def check_custom_loop_matches_one_process(strategy, steps=12, global_batch=24):
             optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
             return loss
 
+        initial = model.get_weights()
         it = iter(s.experimental_distribute_dataset(ds))
-        for _ in range(steps):
-            s.run(step, args=(next(it),))
-        return model.get_weights()
+        losses = [
+            float(s.reduce("sum", s.run(step, args=(next(it),)), axis=None)) for _ in range(steps)
+        ]
+        return initial, model.get_weights(), losses
 
-    for a, b in zip(train(None), train(strategy), strict=True):
+    initial, reference, ref_losses = train(None)
+    _, distributed, losses = train(strategy)
+    assert max(np.abs(a - b).max() for a, b in zip(initial, reference, strict=True)) > 1e-2
+    assert np.mean(ref_losses[-3:]) < np.mean(ref_losses[:3])  # it really trains
+    np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
+    for a, b in zip(reference, distributed, strict=True):
         assert np.abs(a - b).max() < 1e-5, np.abs(a - b).max()

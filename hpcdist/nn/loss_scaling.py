@@ -25,7 +25,7 @@ def _check_replica_context(name: str) -> None:
 
 def compute_average_loss(
     per_example_loss: Any, sample_weight: Any = None, global_batch_size: int | None = None
-) -> np.ndarray:
+) -> Any:
     """Sum of ``per_example_loss`` (times ``sample_weight``) divided by the global batch size.
 
     Args:
@@ -34,7 +34,7 @@ def compute_average_loss(
         global_batch_size: Default: this replica's batch size x ``num_replicas_in_sync``.
 
     Returns:
-        A scalar float array.
+        A scalar `hpcdist.nn.Tensor` (differentiable under a `GradientTape`).
 
     Raises:
         RuntimeError: Called in cross-replica context.
@@ -42,14 +42,17 @@ def compute_average_loss(
             positive integer.
     """
     _check_replica_context("compute_average_loss")
-    loss = np.asarray(per_example_loss)
+    from hpcdist.nn import ops
+    from hpcdist.nn.autodiff import as_tensor
+
+    loss = as_tensor(per_example_loss)
     if loss.ndim == 0:
         raise ValueError(
             "Invalid value passed for `per_example_loss`. Expected a tensor with at least rank 1, "
             f"received: {per_example_loss!r}"
         )
     if sample_weight is not None:
-        loss = loss * np.asarray(sample_weight)
+        loss = ops.multiply(loss, np.asarray(sample_weight))
     if global_batch_size is None:
         global_batch_size = loss.shape[0] * context.get_strategy().num_replicas_in_sync
     elif isinstance(global_batch_size, bool) or not isinstance(
@@ -57,17 +60,18 @@ def compute_average_loss(
     ):
         raise ValueError(f"global_batch_size must be an integer, got {global_batch_size!r}")
     if global_batch_size <= 0:
-        return np.zeros((), dtype=np.result_type(loss.dtype, np.float32))
-    total = loss.sum(dtype=np.result_type(loss.dtype, np.float32))
-    return np.asarray(total / global_batch_size)
+        return ops.multiply(ops.reduce_sum(loss), 0.0)
+    return ops.divide(ops.reduce_sum(loss), float(global_batch_size))
 
 
-def scale_regularization_loss(regularization_loss: Any) -> np.ndarray:
+def scale_regularization_loss(regularization_loss: Any) -> Any:
     """Sum of ``regularization_loss`` divided by ``num_replicas_in_sync``.
 
     Raises:
         RuntimeError: Called in cross-replica context.
     """
     _check_replica_context("scale_regularization_loss")
-    total = np.sum(np.asarray(regularization_loss))
-    return np.asarray(total / context.get_strategy().num_replicas_in_sync)
+    from hpcdist.nn import ops
+
+    total = ops.reduce_sum(regularization_loss)
+    return ops.divide(total, float(context.get_strategy().num_replicas_in_sync))
