@@ -171,10 +171,11 @@ def matmul(a: Any, b: Any) -> Tensor:
     """Matrix product of 2-D (or batched) arrays."""
     a, b = _binary(a, b)
 
-    def backward(g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        ga = g @ np.swapaxes(b.value, -1, -2)
-        gb = np.swapaxes(a.value, -1, -2) @ g
-        return unbroadcast(ga, a.shape), unbroadcast(gb, b.shape)
+    def backward(g: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+        # Skip the product for an operand that needs no gradient (a layer's input data).
+        ga = unbroadcast(g @ np.swapaxes(b.value, -1, -2), a.shape) if a.trace else None
+        gb = unbroadcast(np.swapaxes(a.value, -1, -2) @ g, b.shape) if b.trace else None
+        return ga, gb
 
     return record(a.value @ b.value, (a, b), backward)
 
