@@ -21,3 +21,10 @@ def test_strategy_tour_gives_the_same_answer_at_any_size(ranks):
     assert result.returncode == 0, result.stderr
     assert f"on {ranks} replica(s)" in result.stdout
     assert "steps" in result.stdout
+
+
+def test_digits_demo_reaches_95_percent():
+    result = run_mpi(2, ["examples/digits.py", "--verbose", "0"], timeout=300)
+    assert result.returncode == 0, result.stderr
+    accuracy = float(result.stdout.rsplit("test accuracy", 1)[1].split()[0])
+    assert accuracy >= 0.95, result.stdout
