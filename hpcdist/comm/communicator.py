@@ -27,6 +27,7 @@ from mpi4py import MPI
 from mpi4py.util import pkl5
 
 from hpcdist import abort
+from hpcdist._split import balanced_sizes
 from hpcdist.cluster.topology import NodeLayout, node_layout, split_node
 from hpcdist.comm import fusion
 from hpcdist.comm.arrays import check_reducible, to_host, wire_dtype
@@ -667,8 +668,7 @@ class Communicator:
                 if arr.dtype.kind != "b"
                 else np.ascontiguousarray(arr).view(np.uint8)
             )
-            base, extra = divmod(arr.shape[0], self.size)
-            rows = [base + (1 if i < extra else 0) for i in range(self.size)]
+            rows = balanced_sizes(arr.shape[0], self.size)
             row = int(np.prod(arr.shape[1:], dtype=np.int64))
             out = np.empty((rows[self.rank], *arr.shape[1:]), dtype=src.dtype)
             counts = [r * row for r in rows]

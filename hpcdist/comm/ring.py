@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 from mpi4py import MPI
 
+from hpcdist._split import balanced_bounds
 from hpcdist.comm.checks import Deadline, Header, verify_headers
 from hpcdist.comm.compression import Codec
 from hpcdist.comm.mpi_backend import wait_request
@@ -23,16 +24,6 @@ from hpcdist.comm.ops import ReduceOp
 __all__ = ["RingBackend", "ring_allreduce"]
 
 _TAG = 0x5EED
-
-
-def _bounds(count: int, n: int) -> list[tuple[int, int]]:
-    base, extra = divmod(count, n)
-    out, lo = [], 0
-    for i in range(n):
-        hi = lo + base + (1 if i < extra else 0)
-        out.append((lo, hi))
-        lo = hi
-    return out
 
 
 def ring_allreduce(
@@ -56,7 +47,7 @@ def ring_allreduce(
         if codec is not None:
             acc[:] = codec.decode(codec.encode(acc), acc.dtype)
         return
-    bounds = _bounds(acc.size, n)
+    bounds = balanced_bounds(acc.size, n)
     right, left = (r + 1) % n, (r - 1) % n
     blocking = deadline.timeout is None
     wire = acc.dtype if codec is None else codec.wire_dtype

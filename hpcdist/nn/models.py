@@ -116,12 +116,8 @@ class Model(Layer):
             y_pred = self(x, training=True)
             per_example = self._per_example_loss(y, y_pred)
             loss = ops.divide(ops.reduce_sum(per_example), n)
-            penalties = self.losses
-            reg = None
-            if penalties:
-                reg = penalties[0]
-                for p in penalties[1:]:
-                    reg = ops.add(reg, p)
+            reg = self._regularization()
+            if reg is not None:
                 loss = ops.add(loss, ops.divide(reg, replicas))
         grads = tape.gradient(loss, variables)
         self.optimizer.apply_gradients(zip(grads, variables, strict=True))
@@ -130,13 +126,17 @@ class Model(Layer):
     def test_step(self, x: Any, y: Any) -> None:
         """One replica's evaluation step."""
         y_pred = self(x, training=False)
+        self._update_metrics(y, y_pred, self._per_example_loss(y, y_pred), self._regularization())
+
+    def _regularization(self) -> Tensor | None:
+        """Sum of ``self.losses`` (recorded under a tape), or None without penalties."""
         penalties = self.losses
-        reg = None
-        if penalties:
-            reg = penalties[0]
-            for p in penalties[1:]:
-                reg = ops.add(reg, p)
-        self._update_metrics(y, y_pred, self._per_example_loss(y, y_pred), reg)
+        if not penalties:
+            return None
+        total = penalties[0]
+        for p in penalties[1:]:
+            total = ops.add(total, p)
+        return total
 
     def _update_metrics(self, y: Any, y_pred: Tensor, per_example: Tensor, reg: Any) -> None:
         values = per_example.value.astype(np.float64)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from hpcdist._split import balanced_bounds
 from hpcdist.comm.ops import ReduceOp
 from hpcdist.data.nest import flatten, map_structure
 from hpcdist.data.options import InputContext
@@ -20,13 +21,7 @@ __all__ = ["DatasetsFromFunction", "DistributedDataset", "DistributedIterator", 
 
 def balanced_split(rows: int, parts: int) -> list[tuple[int, int]]:
     """Row ranges of ``parts`` balanced pieces: 7 over 3 -> (0, 3), (3, 5), (5, 7)."""
-    base, extra = divmod(rows, parts)
-    out, lo = [], 0
-    for i in range(parts):
-        hi = lo + base + (1 if i < extra else 0)
-        out.append((lo, hi))
-        lo = hi
-    return out
+    return balanced_bounds(rows, parts)
 
 
 class Optional:
