@@ -97,6 +97,7 @@ class Optimizer:
         self.name = name or type(self).__name__
         self._slots: dict[tuple[int, str], Any] = {}
         self.iterations: Any = None
+        self._strategy = context.get_strategy()  # slots live where the optimizer was created
 
     # -- learning rate -------------------------------------------------------------------------
 
@@ -115,7 +116,7 @@ class Optimizer:
     # -- slots -------------------------------------------------------------------------------------
 
     def _build(self, variables: list[Any]) -> None:
-        strategy = context.get_strategy()
+        strategy = context.get_strategy() if context.has_strategy() else self._strategy
         if self.iterations is None:
             self.iterations = strategy.Variable(
                 np.int64(0), name=f"{self.name}/iterations", trainable=False

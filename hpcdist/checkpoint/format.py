@@ -1,0 +1,136 @@
+"""The on-disk format: one HDF5 file per checkpoint, written atomically, checked on read.
+
+Layout: every saved array is a dataset at its path (``model/weights/0``,
+``optimizer/slots/m/model/weights/0``, ...) with a ``crc32`` attribute of its bytes; the root
+has ``format`` and ``version`` attributes. No pickle anywhere: loading an untrusted checkpoint
+cannot run code. A file becomes visible only once complete: it is written under a temporary
+name in the same directory, flushed, fsynced, then renamed (and the directory fsynced).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import zlib
+from collections.abc import Mapping
+
+import h5py
+import numpy as np
+
+from hpcdist.errors import HpcdistError
+
+__all__ = ["CheckpointError", "atomic_write_text", "read_arrays", "write_arrays"]
+
+FORMAT = "hpcdist-checkpoint"
+VERSION = 1
+
+
+class CheckpointError(HpcdistError, ValueError):
+    """A checkpoint file is missing, truncated, corrupt or not an hpcdist checkpoint."""
+
+
+def _fsync_dir(directory: str) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _crc(array: np.ndarray) -> int:
+    return zlib.crc32(np.ascontiguousarray(array).view(np.uint8).reshape(-1)) & 0xFFFFFFFF
+
+
+def write_arrays(
+    path: str, arrays: Mapping[str, np.ndarray], attrs: Mapping[str, object] = ()
+) -> None:
+    """Write ``arrays`` to ``path`` atomically (temporary file, fsync, rename).
+
+    Args:
+        path: Destination file.
+        arrays: Dataset path -> array.
+        attrs: Extra root attributes (numbers or strings).
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".h5", dir=directory)
+    os.close(fd)
+    try:
+        with h5py.File(tmp, "w") as f:
+            f.attrs["format"] = FORMAT
+            f.attrs["version"] = VERSION
+            for key, value in dict(attrs).items():
+                f.attrs[key] = value
+            for name, array in arrays.items():
+                array = np.asarray(array)
+                dset = f.create_dataset(name, data=array)
+                dset.attrs["crc32"] = _crc(array)
+            f.flush()
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(directory)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def read_arrays(path: str) -> tuple[dict[str, np.ndarray], dict[str, object]]:
+    """Read every array of a checkpoint and check it.
+
+    Returns:
+        ``(arrays, root attributes)``.
+
+    Raises:
+        CheckpointError: Missing, unreadable, truncated, foreign or corrupt; names the file.
+    """
+    if not os.path.exists(path):
+        raise CheckpointError(f"checkpoint file {path!r} does not exist")
+    arrays: dict[str, np.ndarray] = {}
+    try:
+        with h5py.File(path, "r") as f:
+            if f.attrs.get("format") != FORMAT:
+                raise CheckpointError(
+                    f"{path!r} is not an hpcdist checkpoint (no format attribute)"
+                )
+            attrs = {k: v for k, v in f.attrs.items() if k not in ("format", "version")}
+
+            def visit(name: str, obj: object) -> None:
+                if isinstance(obj, h5py.Dataset):
+                    arrays[name] = obj[()]
+                    if _crc(np.asarray(arrays[name])) != int(obj.attrs.get("crc32", -1)):
+                        raise CheckpointError(
+                            f"checkpoint {path!r}: dataset {name!r} fails its checksum"
+                        )
+
+            f.visititems(visit)
+    except CheckpointError:
+        raise
+    except (OSError, KeyError, ValueError, RuntimeError) as exc:
+        raise CheckpointError(
+            f"checkpoint file {path!r} is unreadable or truncated: {exc}"
+        ) from None
+    return arrays, attrs
+
+
+def atomic_write_text(path: str, text: str) -> None:
+    """Replace a small text file atomically."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(directory)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,204 @@
+"""`CheckpointManager`: numbered checkpoints in a directory, with TF's retention rules.
+
+The state file ``<directory>/checkpoint`` (JSON, replaced atomically after each checkpoint is
+complete) lists the kept checkpoints with their timestamps, so a new manager on the same
+directory continues where the last one stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from hpcdist.checkpoint.checkpoint import Checkpoint, CheckpointOptions, _world
+from hpcdist.checkpoint.format import CheckpointError, atomic_write_text
+from hpcdist.log import get_logger
+
+__all__ = ["CheckpointManager"]
+
+STATE_FILE = "checkpoint"
+
+
+class CheckpointManager:
+    """Keeps the last ``max_to_keep`` checkpoints of ``checkpoint`` in ``directory``.
+
+    Args:
+        checkpoint: The `Checkpoint` to save and restore.
+        directory: Where files and the state file live.
+        max_to_keep: How many to keep; None keeps all; must be positive otherwise.
+        keep_checkpoint_every_n_hours: Also keep one checkpoint per this many hours.
+        checkpoint_name: File prefix (``ckpt`` -> ``ckpt-7.h5``).
+        step_counter: A variable counting steps; used for numbering and ``checkpoint_interval``.
+        checkpoint_interval: Save only when ``step_counter`` moved this far since the last save.
+        init_fn: Called by `restore_or_initialize` when there is nothing to restore.
+
+    Raises:
+        ValueError: ``max_to_keep`` <= 0, or ``checkpoint_interval`` without ``step_counter``.
+    """
+
+    def __init__(
+        self,
+        checkpoint: Checkpoint,
+        directory: str,
+        max_to_keep: int | None,
+        keep_checkpoint_every_n_hours: float | None = None,
+        checkpoint_name: str = "ckpt",
+        step_counter: Any = None,
+        checkpoint_interval: int | None = None,
+        init_fn: Callable[[], Any] | None = None,
+    ) -> None:
+        if max_to_keep is not None and max_to_keep <= 0:
+            raise ValueError(f"max_to_keep must be a positive integer or None, got {max_to_keep}")
+        if checkpoint_interval is not None and step_counter is None:
+            raise ValueError("`step_counter` should be passed if `checkpoint_interval` is not None")
+        self._checkpoint = checkpoint
+        self.directory = directory
+        self.max_to_keep = max_to_keep
+        self.keep_hours = keep_checkpoint_every_n_hours
+        self.checkpoint_name = checkpoint_name
+        self.step_counter = step_counter
+        self.checkpoint_interval = checkpoint_interval
+        self.init_fn = init_fn
+        self._last_saved_step: int | None = None
+        os.makedirs(directory, exist_ok=True)
+        self._entries: list[tuple[str, float]] = []
+        self._last_preserved = time.time()
+        self._load_state()
+
+    # -- state file ---------------------------------------------------------------------------
+
+    @property
+    def _state_path(self) -> str:
+        return os.path.join(self.directory, STATE_FILE)
+
+    def _load_state(self) -> None:
+        try:
+            with open(self._state_path) as f:
+                state = json.load(f)
+        except (OSError, ValueError):
+            return
+        entries = [
+            (os.path.join(self.directory, e["file"]), float(e["time"]))
+            for e in state.get("checkpoints", [])
+        ]
+        self._entries = [(p, t) for p, t in entries if os.path.exists(p)]
+        self._last_preserved = float(state.get("last_preserved", time.time()))
+
+    def _write_state(self) -> None:
+        state = {
+            "latest": os.path.basename(self._entries[-1][0]) if self._entries else None,
+            "checkpoints": [{"file": os.path.basename(p), "time": t} for p, t in self._entries],
+            "last_preserved": self._last_preserved,
+        }
+        atomic_write_text(self._state_path, json.dumps(state, indent=1) + "\n")
+
+    # -- queries ------------------------------------------------------------------------------
+
+    @property
+    def checkpoints(self) -> list[str]:
+        """Paths of the kept checkpoints, oldest first."""
+        return [p for p, _ in self._entries]
+
+    @property
+    def latest_checkpoint(self) -> str | None:
+        """Path of the newest checkpoint, or None."""
+        return self._entries[-1][0] if self._entries else None
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        """The managed `Checkpoint`."""
+        return self._checkpoint
+
+    # -- saving -------------------------------------------------------------------------------
+
+    def save(
+        self,
+        checkpoint_number: int | None = None,
+        check_interval: bool = True,
+        options: CheckpointOptions | None = None,
+    ) -> str | None:
+        """Save a checkpoint and apply the retention rules (collective).
+
+        The number defaults to the step counter, else the save counter. With
+        ``checkpoint_interval`` (TF's rule), a step already saved is never saved again, and with
+        ``check_interval`` a save less than an interval after the last one is skipped.
+
+        Returns:
+            The path, or None when the save was skipped.
+        """
+        step = int(self.step_counter.numpy()) if self.step_counter is not None else None
+        if self.checkpoint_interval is not None:
+            last = self._last_saved_step
+            if last is not None and (
+                step == last or (check_interval and step < last + self.checkpoint_interval)
+            ):
+                return None
+            self._last_saved_step = step
+        ckpt = self._checkpoint
+        ckpt.save_counter.assign_add(1, read_value=False)
+        if checkpoint_number is None:
+            checkpoint_number = step if step is not None else int(ckpt.save_counter.numpy())
+        prefix = os.path.join(self.directory, f"{self.checkpoint_name}-{checkpoint_number}")
+        path = ckpt.write(prefix, options)
+        now = time.time()
+        self._entries = [(p, t) for p, t in self._entries if p != path] + [(path, now)]
+        comm = _world()
+        chief = comm is None or comm.rank == 0
+        if chief:
+            if options is not None and options.experimental_enable_async_checkpoint:
+                # After the file on the same writer thread: the state names complete files only.
+                ckpt._pending = ckpt._executor.submit(self._finish_after, ckpt._pending)
+            else:
+                self._sweep()
+                self._write_state()
+        else:
+            self._sweep(delete=False)
+        if comm is not None:
+            comm.barrier()
+        return path
+
+    def _finish_after(self, write: Any) -> None:
+        write.result()
+        self._sweep()
+        self._write_state()
+
+    def _sweep(self, delete: bool = True) -> None:
+        if self.max_to_keep is None:
+            return
+        while len(self._entries) > self.max_to_keep:
+            path, stamp = self._entries.pop(0)
+            if (
+                self.keep_hours is not None
+                and stamp - self._last_preserved >= self.keep_hours * 3600
+            ):
+                self._last_preserved = stamp
+                continue  # preserved: no longer managed, never deleted
+            if delete and os.path.exists(path):
+                os.remove(path)
+
+    # -- restoring ----------------------------------------------------------------------------
+
+    def restore_or_initialize(self) -> str | None:
+        """Restore the newest readable checkpoint, else call ``init_fn``.
+
+        A corrupt or truncated newest file is skipped with a warning and the next older one is
+        tried.
+
+        Returns:
+            The path restored, or None after initialising.
+        """
+        for path in reversed(self.checkpoints):
+            try:
+                self._checkpoint.restore(path)
+            except CheckpointError as exc:
+                get_logger().warning("skipping unreadable checkpoint: %s", exc)
+                continue
+            if self.step_counter is not None:
+                self._last_saved_step = int(self.step_counter.numpy())
+            return path
+        if self.init_fn is not None:
+            self.init_fn()
+        return None

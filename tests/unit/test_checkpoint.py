@@ -1,0 +1,168 @@
+"""Checkpoints: format, round trips, TF's manager rules, corruption, async writes."""
+
+import json
+import os
+
+import h5py
+import numpy as np
+import pytest
+
+import hpcdist as hd
+from hpcdist.checkpoint import Checkpoint, CheckpointError, CheckpointManager, CheckpointOptions
+from tests import training_cases as cases
+
+
+def test_round_trip_of_a_model_optimizer_and_variables(tmp_path):
+    x, y = cases.data()
+    model = cases.build()
+    model.fit(x, y, epochs=1, verbose=0)
+    step = hd.get_strategy().Variable(np.int64(7), trainable=False)
+    ckpt = Checkpoint(model=model, optimizer=model.optimizer, step=step)
+    path = ckpt.save(str(tmp_path / "ckpt"))
+    assert path.endswith("ckpt-1.h5") and int(ckpt.save_counter.numpy()) == 1
+    with h5py.File(path) as f:  # plain HDF5, no pickled objects
+        assert f.attrs["format"] == "hpcdist-checkpoint"
+        assert "optimizer/slots/momentum/model/weights/0" in f
+    expected = model.get_weights()
+    momentum = model.optimizer.slot(model.trainable_variables[0], "momentum").numpy()
+
+    fresh = cases.build()  # new objects, optimizer without slots yet
+    fresh_step = hd.get_strategy().Variable(np.int64(0), trainable=False)
+    restored = Checkpoint(model=fresh, optimizer=fresh.optimizer, step=fresh_step)
+    restored.restore(path).assert_consumed()
+    for a, b in zip(expected, fresh.get_weights(), strict=True):
+        assert np.array_equal(a, b)
+    assert np.array_equal(
+        fresh.optimizer.slot(fresh.trainable_variables[0], "momentum").numpy(), momentum
+    )
+    assert int(fresh_step.numpy()) == 7 and int(restored.save_counter.numpy()) == 1
+    # Training on continues identically from the restored state.
+    model.fit(x, y, epochs=1, verbose=0, seed=3)
+    fresh.fit(x, y, epochs=1, verbose=0, seed=3)
+    for a, b in zip(model.get_weights(), fresh.get_weights(), strict=True):
+        assert np.array_equal(a, b)
+
+
+def test_partial_matches_are_reported(tmp_path):
+    a = hd.get_strategy().Variable(np.ones(2))
+    path = Checkpoint(a=a, extra=hd.get_strategy().Variable(np.zeros(1))).write(str(tmp_path / "w"))
+    b = hd.get_strategy().Variable(np.zeros(2))
+    status = Checkpoint(a=b, other=hd.get_strategy().Variable(np.zeros(1))).read(path)
+    assert (b.numpy() == 1).all()
+    assert status.missing == ["other"] and status.unused == ["extra"]
+    with pytest.raises(AssertionError, match="other"):
+        status.assert_consumed()
+    status.expect_partial()
+    with pytest.raises(CheckpointError, match="shape"):
+        Checkpoint(a=hd.get_strategy().Variable(np.zeros(3))).read(path)
+
+
+def test_corrupt_truncated_and_foreign_files_name_the_file(tmp_path):
+    v = hd.get_strategy().Variable(np.arange(1000.0))
+    path = Checkpoint(v=v).write(str(tmp_path / "c"))
+    with open(path, "rb") as f:
+        data = f.read()
+    truncated = tmp_path / "truncated.h5"
+    truncated.write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match=r"truncated\.h5"):
+        Checkpoint(v=v).read(str(truncated))
+    with h5py.File(path, "r+") as f:  # flip a value behind the checksum's back
+        f["v"][3] = -1.0
+    with pytest.raises(CheckpointError, match="checksum"):
+        Checkpoint(v=v).read(path)
+    foreign = tmp_path / "foreign.h5"
+    with h5py.File(foreign, "w") as f:
+        f["v"] = np.zeros(3)
+    with pytest.raises(CheckpointError, match="not an hpcdist checkpoint"):
+        Checkpoint(v=v).read(str(foreign))
+    with pytest.raises(CheckpointError, match="does not exist"):
+        Checkpoint(v=v).read(str(tmp_path / "nope.h5"))
+
+
+def test_manager_interval_rule_from_tf(tmp_path):
+    # TF's numbers: interval 3, max_to_keep 2, steps 0..9 -> saves at 0, 3, 6, 9, keeps 6 and 9.
+    step = hd.get_strategy().Variable(np.int64(0), trainable=False)
+    manager = CheckpointManager(
+        Checkpoint(step=step),
+        str(tmp_path),
+        max_to_keep=2,
+        step_counter=step,
+        checkpoint_interval=3,
+    )
+    saved = []
+    for s in range(10):
+        step.assign(s)
+        if manager.save() is not None:
+            saved.append(s)
+        assert manager.save() is None  # the same step is never saved twice
+    assert saved == [0, 3, 6, 9]
+    assert [os.path.basename(p) for p in manager.checkpoints] == ["ckpt-6.h5", "ckpt-9.h5"]
+    assert sorted(f for f in os.listdir(tmp_path) if f.endswith(".h5")) == [
+        "ckpt-6.h5",
+        "ckpt-9.h5",
+    ]
+    step.assign(10)
+    assert manager.save(check_interval=False).endswith("ckpt-10.h5")
+
+
+def test_manager_state_survives_and_restores(tmp_path):
+    v = hd.get_strategy().Variable(np.zeros(3))
+    manager = CheckpointManager(Checkpoint(v=v), str(tmp_path), max_to_keep=3)
+    for i in range(5):
+        v.assign(np.full(3, float(i)))
+        manager.save()
+    assert [os.path.basename(p) for p in manager.checkpoints] == [
+        "ckpt-3.h5",
+        "ckpt-4.h5",
+        "ckpt-5.h5",
+    ]
+    state = json.loads((tmp_path / "checkpoint").read_text())
+    assert state["latest"] == "ckpt-5.h5"
+    w = hd.get_strategy().Variable(np.zeros(3))
+    again = CheckpointManager(Checkpoint(v=w), str(tmp_path), max_to_keep=3)
+    assert again.latest_checkpoint == manager.latest_checkpoint
+    assert again.restore_or_initialize().endswith("ckpt-5.h5") and (w.numpy() == 4).all()
+    # A corrupt newest file: fall back to the previous one, with a warning.
+    with open(again.latest_checkpoint, "r+b") as f:
+        f.truncate(100)
+    assert again.restore_or_initialize().endswith("ckpt-4.h5") and (w.numpy() == 3).all()
+    called = []
+    empty = CheckpointManager(
+        Checkpoint(v=w), str(tmp_path / "empty"), max_to_keep=None, init_fn=lambda: called.append(1)
+    )
+    assert empty.restore_or_initialize() is None and called == [1]
+
+
+def test_manager_arguments_and_keep_every_n_hours(tmp_path, monkeypatch):
+    v = hd.get_strategy().Variable(np.zeros(1))
+    with pytest.raises(ValueError, match="max_to_keep"):
+        CheckpointManager(Checkpoint(v=v), str(tmp_path), max_to_keep=0)
+    with pytest.raises(ValueError, match="step_counter"):
+        CheckpointManager(Checkpoint(v=v), str(tmp_path), max_to_keep=1, checkpoint_interval=2)
+    clock = [1000.0]
+    monkeypatch.setattr("hpcdist.checkpoint.manager.time.time", lambda: clock[0])
+    manager = CheckpointManager(
+        Checkpoint(v=v), str(tmp_path / "h"), max_to_keep=1, keep_checkpoint_every_n_hours=1
+    )
+    for _ in range(5):
+        manager.save()
+        clock[0] += 1800  # half an hour per save
+    kept = sorted(f for f in os.listdir(tmp_path / "h") if f.endswith(".h5"))
+    # TF's rule: a checkpoint leaving the window is preserved when it is at least n hours
+    # younger than the last preserved one (the manager's start counts as the first): ckpt-3.
+    assert kept == ["ckpt-3.h5", "ckpt-5.h5"]
+    assert [os.path.basename(p) for p in manager.checkpoints] == ["ckpt-5.h5"]
+
+
+def test_async_save(tmp_path):
+    v = hd.get_strategy().Variable(np.arange(100000.0))
+    ckpt = Checkpoint(v=v)
+    manager = CheckpointManager(ckpt, str(tmp_path), max_to_keep=2)
+    options = CheckpointOptions(experimental_enable_async_checkpoint=True)
+    path = manager.save(options=options)
+    v.assign_add(1.0)  # training goes on; the snapshot was taken before
+    ckpt.sync()
+    w = hd.get_strategy().Variable(np.zeros(100000))
+    Checkpoint(v=w).read(path)
+    assert np.array_equal(w.numpy(), np.arange(100000.0))
+    assert json.loads((tmp_path / "checkpoint").read_text())["latest"] == os.path.basename(path)
