@@ -3,8 +3,14 @@
 ``import hpcdist as hd``; see the README and ``docs/`` for the tour.
 """
 
-from hpcdist import cluster, comm, data, errors, nn, settings, strategies
+from hpcdist import checkpoint, cluster, comm, data, errors, nn, settings, strategies
 from hpcdist._version import __version__
+from hpcdist.checkpoint import (
+    Checkpoint,
+    CheckpointManager,
+    CheckpointOptions,
+    PreemptionCheckpointHandler,
+)
 from hpcdist.comm import (
     CommunicationImplementation,
     CommunicationOptions,
@@ -36,6 +42,9 @@ from hpcdist.strategies import (
 
 __all__ = [
     "CentralStorageStrategy",
+    "Checkpoint",
+    "CheckpointManager",
+    "CheckpointOptions",
     "CommunicationImplementation",
     "CommunicationOptions",
     "Communicator",
@@ -48,6 +57,7 @@ __all__ = [
     "NcclAllReduce",
     "OneDeviceStrategy",
     "PerReplica",
+    "PreemptionCheckpointHandler",
     "ReduceOp",
     "ReductionToOneDevice",
     "ReplicaContext",
@@ -55,6 +65,7 @@ __all__ = [
     "VariableAggregation",
     "VariableSynchronization",
     "__version__",
+    "checkpoint",
     "cluster",
     "comm",
     "data",

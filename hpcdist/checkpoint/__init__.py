@@ -3,11 +3,14 @@
 from hpcdist.checkpoint.checkpoint import Checkpoint, CheckpointLoadStatus, CheckpointOptions
 from hpcdist.checkpoint.format import CheckpointError
 from hpcdist.checkpoint.manager import CheckpointManager
+from hpcdist.checkpoint.preemption import PREEMPTION_EXIT_CODE, PreemptionCheckpointHandler
 
 __all__ = [
+    "PREEMPTION_EXIT_CODE",
     "Checkpoint",
     "CheckpointError",
     "CheckpointLoadStatus",
     "CheckpointManager",
     "CheckpointOptions",
+    "PreemptionCheckpointHandler",
 ]

@@ -1,4 +1,7 @@
-"""Callbacks for `Model.fit` (Keras): History, ProgressBar, EarlyStopping, LearningRateScheduler."""
+"""Callbacks for `Model.fit` (Keras).
+
+History, ProgressBar, EarlyStopping, LearningRateScheduler, ModelCheckpoint, BackupAndRestore.
+"""
 
 from __future__ import annotations
 
@@ -198,3 +201,100 @@ class LearningRateScheduler(Callback):
         """Update the learning rate."""
         optimizer = self.model.optimizer
         optimizer.learning_rate = float(self.schedule(epoch, optimizer.learning_rate))
+
+
+class ModelCheckpoint(Callback):
+    """Write the model (and optionally its optimizer) after every epoch, or when it improves.
+
+    Args:
+        filepath: File name; ``{epoch}`` and log keys are substituted (``ckpt-{epoch:02d}.h5``).
+        monitor: Quantity for ``save_best_only``.
+        save_best_only: Write only when ``monitor`` improves.
+        save_weights_only: Without the optimizer state when True.
+        mode: ``"min"``, ``"max"`` or ``"auto"``.
+    """
+
+    def __init__(
+        self,
+        filepath: str,
+        monitor: str = "val_loss",
+        save_best_only: bool = False,
+        save_weights_only: bool = False,
+        mode: str = "auto",
+    ) -> None:
+        super().__init__()
+        self.filepath, self.monitor, self.save_best_only = filepath, monitor, save_best_only
+        self.save_weights_only = save_weights_only
+        self.mode = ("max" if "acc" in monitor else "min") if mode == "auto" else mode
+        self.best = np.inf if self.mode == "min" else -np.inf
+        self.saved: list[str] = []
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        """Write (collective: every rank calls it, the chief writes).
+
+        Raises:
+            KeyError: ``save_best_only`` and ``monitor`` is not logged.
+        """
+        from hpcdist.checkpoint import Checkpoint
+
+        logs = logs or {}
+        if self.save_best_only:
+            if self.monitor not in logs:
+                raise KeyError(
+                    f"ModelCheckpoint monitors {self.monitor!r}, logs have {sorted(logs)}"
+                )
+            value = logs[self.monitor]
+            if not (value < self.best if self.mode == "min" else value > self.best):
+                return
+            self.best = value
+        objects = {"model": self.model}
+        if not self.save_weights_only and self.model.optimizer is not None:
+            objects["optimizer"] = self.model.optimizer
+        path = self.filepath.format(epoch=epoch + 1, **logs)
+        self.saved.append(Checkpoint(**objects).write(path))
+
+
+class BackupAndRestore(Callback):
+    """Back up the training state every epoch; a restarted `fit` resumes after the last one.
+
+    Args:
+        backup_dir: Directory of the backup (one checkpoint kept).
+        delete_checkpoint: Remove the backup when training finishes.
+    """
+
+    def __init__(self, backup_dir: str, delete_checkpoint: bool = True) -> None:
+        super().__init__()
+        self.backup_dir, self.delete_checkpoint = backup_dir, delete_checkpoint
+        self._manager: Any = None
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        """Restore the backup if there is one and tell `fit` where to resume."""
+        from hpcdist.checkpoint import Checkpoint, CheckpointManager
+
+        strategy = self.model.distribute_strategy
+        with self.model._scope():
+            self._epoch = strategy.Variable(np.int64(-1), name="backup_epoch", trainable=False)
+            ckpt = Checkpoint(model=self.model, optimizer=self.model.optimizer, epoch=self._epoch)
+            self._manager = CheckpointManager(ckpt, self.backup_dir, max_to_keep=1)
+            if self._manager.restore_or_initialize() is not None:
+                self.model._resume_epoch = int(self._epoch.numpy()) + 1
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        """Save the state after this epoch."""
+        with self.model._scope():
+            self._epoch.assign(epoch, read_value=False)
+            self._manager.save()
+
+    def on_train_end(self, logs: dict | None = None) -> None:
+        """Remove the backup (chief) once training completed."""
+        if not self.delete_checkpoint:
+            return
+        import shutil
+
+        from hpcdist.checkpoint.checkpoint import _world
+
+        comm = _world()
+        if comm is None or comm.rank == 0:
+            shutil.rmtree(self.backup_dir, ignore_errors=True)
+        if comm is not None:
+            comm.barrier()

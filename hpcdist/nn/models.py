@@ -46,6 +46,7 @@ class Model(Layer):
         self.compiled_metrics: list[Any] = []
         self.stop_training = False
         self.history: History | None = None
+        self._resume_epoch: int | None = None
 
     def __setattr__(self, name: str, value: Any) -> None:
         if "_layers" in self.__dict__:
@@ -228,7 +229,10 @@ class Model(Layer):
         cb = CallbackList(cbs, self, {"epochs": epochs, "steps": steps, "verbose": verbose})
         self.stop_training = False
         self.history = history
+        self._resume_epoch = None
         cb.on_train_begin()
+        if self._resume_epoch is not None:  # BackupAndRestore found a backup
+            initial_epoch = max(initial_epoch, self._resume_epoch)
         continuous = None
         if steps_per_epoch is not None:
             continuous = iter(

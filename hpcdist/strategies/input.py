@@ -97,6 +97,25 @@ class DistributedIterator:
             raise StopIteration(f"distributed dataset exhausted after {self.steps} steps")
         return value
 
+    def checkpoint_state(self) -> dict[str, np.ndarray]:
+        """The position (steps taken), for `hpcdist.Checkpoint`."""
+        return {"steps": np.int64(self.steps)}
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        """Move to a saved position: skip ahead on the source (no communication).
+
+        Raises:
+            ValueError: The iterator is already past that position.
+        """
+        target = int(np.asarray(state["steps"]))
+        if target < self.steps:
+            raise ValueError(
+                f"cannot rewind a distributed iterator from step {self.steps} to {target}"
+            )
+        while self.steps < target:
+            next(self._source)
+            self.steps += 1
+
     def get_next(self) -> Any:
         """The next per-replica value.
 

@@ -166,3 +166,69 @@ def test_async_save(tmp_path):
     Checkpoint(v=w).read(path)
     assert np.array_equal(w.numpy(), np.arange(100000.0))
     assert json.loads((tmp_path / "checkpoint").read_text())["latest"] == os.path.basename(path)
+
+
+def test_model_checkpoint_and_backup_and_restore(tmp_path):
+    x, y = cases.data()
+    model = cases.build()
+    saver = hd.nn.callbacks.ModelCheckpoint(
+        str(tmp_path / "m-{epoch:02d}"), monitor="loss", save_best_only=True
+    )
+    model.fit(x, y, epochs=3, verbose=0, callbacks=[saver])
+    assert [os.path.basename(p) for p in saver.saved] == ["m-01.h5", "m-02.h5", "m-03.h5"]
+    fresh = cases.build()
+    Checkpoint(model=fresh, optimizer=fresh.optimizer).read(saver.saved[-1]).assert_consumed()
+    assert all(
+        np.array_equal(a, b) for a, b in zip(model.get_weights(), fresh.get_weights(), strict=True)
+    )
+
+    # Interrupted after 2 epochs (EarlyStopping plays the failure), resumed by a new fit.
+    straight = cases.build()
+    straight.fit(x, y, epochs=4, verbose=0, seed=9)
+    backup = str(tmp_path / "backup")
+
+    class StopAfter(hd.nn.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            if epoch == 1:
+                self.model.stop_training = True
+
+    first = cases.build()
+    first.fit(
+        x,
+        y,
+        epochs=4,
+        verbose=0,
+        seed=9,
+        callbacks=[hd.nn.callbacks.BackupAndRestore(backup, delete_checkpoint=False), StopAfter()],
+    )
+    resumed = cases.build()
+    history = resumed.fit(
+        x, y, epochs=4, verbose=0, seed=9, callbacks=[hd.nn.callbacks.BackupAndRestore(backup)]
+    )
+    assert len(history.history["loss"]) == 2  # epochs 3 and 4 only
+    for a, b in zip(straight.get_weights(), resumed.get_weights(), strict=True):
+        assert np.array_equal(a, b)
+    assert not os.path.exists(backup)  # removed after a completed fit
+
+
+def test_preemption_handler_in_one_process(tmp_path):
+    import signal
+
+    v = hd.get_strategy().Variable(np.zeros(2))
+    manager = CheckpointManager(Checkpoint(v=v), str(tmp_path), max_to_keep=1)
+    exits = []
+    handler = hd.PreemptionCheckpointHandler(manager, exit_fn=lambda: exits.append(1))
+    try:
+        for i in range(3):
+            handler.run(lambda: v.assign_add(np.ones(2)))
+            if i == 1:
+                signal.raise_signal(signal.SIGUSR2)
+        assert exits == [1] and handler.total_run_calls == 3
+    finally:
+        handler.close()
+    w = hd.get_strategy().Variable(np.zeros(2))
+    again = hd.PreemptionCheckpointHandler(
+        CheckpointManager(Checkpoint(v=w), str(tmp_path), max_to_keep=1), exit_fn=lambda: None
+    )
+    again.close()
+    assert again.total_run_calls == 3 and (w.numpy() == 3).all()
