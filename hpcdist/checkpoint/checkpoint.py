@@ -156,8 +156,12 @@ class Checkpoint:
                     out[f"{name}/slots/{slot}/{by_id[var_id]}"] = slot_var
         return out
 
-    def _snapshot(self) -> dict[str, np.ndarray]:
-        arrays = {path: np.array(var.numpy()) for path, var in self._variables().items()}
+    def _snapshot(self, copy: bool) -> dict[str, np.ndarray]:
+        """Current values; without ``copy`` they may be the variables' own arrays (write now)."""
+        arrays = {
+            path: np.array(var._value(), copy=True) if copy else np.asarray(var._value())
+            for path, var in self._variables().items()
+        }
         for name, obj in self._trackables.items():
             if hasattr(obj, "checkpoint_state"):
                 for key, value in obj.checkpoint_state().items():
@@ -176,7 +180,8 @@ class Checkpoint:
         """
         path = file_prefix if file_prefix.endswith(".h5") else f"{file_prefix}.h5"
         self.sync()
-        arrays = self._snapshot()
+        is_async = options is not None and options.experimental_enable_async_checkpoint
+        arrays = self._snapshot(copy=is_async)  # async: a host copy, training may go on
         comm = _world()
         if comm is None or comm.rank == 0:
             if options is not None and options.experimental_enable_async_checkpoint:
