@@ -57,3 +57,13 @@ def emit(result: dict[str, Any], path: str | None) -> None:
         with open(path, "w") as f:
             f.write(text + "\n")
     sys.stdout.flush()
+
+
+def median_time(fn: Callable[[], Any], reps: int) -> float:
+    """Median seconds of ``reps`` calls of ``fn`` (one process, no synchronisation)."""
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))

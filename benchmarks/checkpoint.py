@@ -20,7 +20,7 @@ import h5py
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _util import emit
+from _util import emit, median_time
 
 import hpcdist as hd
 
@@ -28,15 +28,6 @@ import hpcdist as hd
 def fsync(path: str) -> None:
     with open(path, "rb+") as f:
         os.fsync(f.fileno())
-
-
-def median_time(fn, reps: int) -> float:
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
 
 
 def main() -> None:

@@ -22,13 +22,12 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import sys  # noqa: E402
-import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _util import emit  # noqa: E402
+from _util import emit, median_time  # noqa: E402
 
 import hpcdist as hd  # noqa: E402
 
@@ -81,15 +80,6 @@ def numpy_mlp(weights, lr=0.01):
     return step
 
 
-def timed(fn, reps):
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--per-replica-batch", type=int, default=256)
@@ -124,18 +114,20 @@ def main() -> None:
     for _ in range(args.rounds):
         comm.Barrier()
         dist.append(
-            timed(lambda: model.fit(x, y, batch_size=b * n, epochs=1, verbose=0, shuffle=False), 1)
+            median_time(
+                lambda: model.fit(x, y, batch_size=b * n, epochs=1, verbose=0, shuffle=False), 1
+            )
             / args.steps
         )
         comm.Barrier()
         if comm.rank == 0:
             singles.append(
-                timed(
+                median_time(
                     lambda: single.fit(xs, ys, batch_size=b, epochs=1, verbose=0, shuffle=False), 1
                 )
                 / args.steps
             )
-            numpys.append(timed(numpy_epoch, 1) / args.steps)
+            numpys.append(median_time(numpy_epoch, 1) / args.steps)
         comm.Barrier()
     dist_s = float(np.median(dist))
     single_s, numpy_s = comm.bcast(

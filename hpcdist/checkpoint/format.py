@@ -12,10 +12,11 @@ fsynced).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import h5py
 import numpy as np
@@ -59,29 +60,16 @@ def write_arrays(
         arrays: Dataset path -> array.
         attrs: Extra root attributes (numbers or strings).
     """
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".h5", dir=directory)
-    os.close(fd)
-    try:
-        with h5py.File(tmp, "w") as f:
-            f.attrs["format"] = FORMAT
-            f.attrs["version"] = VERSION
-            for key, value in dict(attrs).items():
-                f.attrs[key] = value
-            for name, array in arrays.items():
-                array = np.asarray(array)
-                dset = f.create_dataset(name, data=array)
-                dset.attrs["crc32"] = _crc(array)
-            f.flush()
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-        _fsync_dir(directory)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with _atomic(path, suffix=".h5") as tmp, h5py.File(tmp, "w") as f:
+        f.attrs["format"] = FORMAT
+        f.attrs["version"] = VERSION
+        for key, value in dict(attrs).items():
+            f.attrs[key] = value
+        for name, array in arrays.items():
+            array = np.asarray(array)
+            dset = f.create_dataset(name, data=array)
+            dset.attrs["crc32"] = _crc(array)
+        f.flush()
 
 
 def read_arrays(path: str) -> tuple[dict[str, np.ndarray], dict[str, object]]:
@@ -125,12 +113,23 @@ def read_arrays(path: str) -> tuple[dict[str, np.ndarray], dict[str, object]]:
 
 def atomic_write_text(path: str, text: str) -> None:
     """Replace a small text file atomically."""
+    with _atomic(path) as tmp, open(tmp, "w") as handle:
+        handle.write(text)
+
+
+@contextlib.contextmanager
+def _atomic(path: str, suffix: str = "") -> Iterator[str]:
+    """Yield a temporary path next to ``path``; on success fsync it and rename it over ``path``.
+
+    The directory is fsynced after the rename; on failure the temporary file is removed.
+    """
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=suffix, dir=directory)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
+        yield tmp
+        with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
         _fsync_dir(directory)
