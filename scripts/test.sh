@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: lint, unit and integration tests, then the MPI tests at 2, 3 and 4 ranks
+# The whole test suite: lint, unit and integration tests, end-to-end tests on a real local Slurm
+# (started and stopped by the tests; needs root and apt), then the MPI tests at 2, 3 and 4 ranks
 # and once more on 4 ranks split into 2 fake nodes (the hierarchical path). Every MPI run is
 # bounded by `timeout`, so a hang fails with a message instead of stalling.
 set -euo pipefail
@@ -26,6 +27,8 @@ ruff check .
 ruff format --check .
 echo "== unit and integration tests (1 process, jobs launched with timeouts)"
 bounded "unit+integration" python -m pytest -q -rs -p no:cacheprovider tests/unit tests/integration tests/gpu
+echo "== Slurm tests against real slurmctld/slurmd/munged on this machine (scripts/slurm-up.sh)"
+bounded "slurm" python -m pytest -q -rs -p no:cacheprovider tests/slurm
 for n in 2 3 4; do
   echo "== MPI tests on $n ranks"
   bounded "mpiexec -n $n" mpiexec -n "$n" bash tests/mpi_pytest.sh -q tests/mpi

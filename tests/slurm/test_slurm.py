@@ -1,0 +1,113 @@
+"""End-to-end tests against a real local Slurm (started by scripts/slurm-up.sh), each bounded."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="starting Slurm daemons needs root")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def slurm():
+    result = subprocess.run(
+        ["bash", "scripts/slurm-up.sh"], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    if result.returncode != 0 or shutil.which("srun") is None:
+        pytest.skip(f"could not start a local Slurm: {result.stderr.strip()[-500:]}")
+
+
+def env():
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "HPCDIST_", "PMI_"))}
+    e["PATH"] = f"{Path(sys.executable).parent}:{e.get('PATH', '')}"
+    return e
+
+
+def run(cmd, timeout=120):
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env())
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_srun_ranks_agree_with_slurm_and_mpi(n):
+    result = run(
+        [
+            "timeout",
+            "100",
+            "srun",
+            "--mpi=pmi2",
+            "-n",
+            str(n),
+            sys.executable,
+            "tests/slurm/scripts_resolver.py",
+        ]
+    )
+    assert result.returncode == 0, result.stderr
+    rows = sorted(
+        (json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")),
+        key=lambda row: row["mpi"][0],
+    )
+    assert [row["mpi"] for row in rows] == [[i, n] for i in range(n)]
+    for i, row in enumerate(rows):
+        assert row["resolver"] == "SlurmClusterResolver"
+        assert row["slurm"] == [i, n] and row["rank"] == [i, n, 1]
+        assert row["local"] == [i, i, n]
+        assert row["task"] == ["worker", i, i == 0]
+        assert row["gpus"] == {"GPU": 0}
+        assert len(row["hosts"]) == n
+
+
+def test_srun_without_pmi_fails_with_the_fix():
+    result = run(
+        [
+            "timeout",
+            "100",
+            "srun",
+            "--mpi=none",
+            "-n",
+            "2",
+            sys.executable,
+            "tests/slurm/scripts_resolver.py",
+        ]
+    )
+    assert result.returncode != 0
+    assert "srun --mpi=pmi2" in result.stderr
+    assert "single rank" in result.stderr
+
+
+def test_sbatch_cpu_template_and_hpcdist_run_inside_an_allocation(tmp_path):
+    out = tmp_path / "job.out"
+    e = env()
+    e.update(
+        SCRIPT="examples/digits.py", SCRIPT_ARGS="--epochs 3 --verbose 0", PYTHON=sys.executable
+    )
+    result = subprocess.run(
+        ["timeout", "200", "sbatch", "--wait", f"--output={out}", "slurm/train-cpu.sbatch"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=220,
+        env=e,
+    )
+    assert result.returncode == 0, (
+        result.stderr + out.read_text() if out.exists() else result.stderr
+    )
+    assert "digits: 2 replica(s), 3 epochs" in out.read_text()
+    out2 = tmp_path / "run.out"
+    wrapped = f"{Path(sys.executable).parent}/hpcdist run -n 2 examples/strategy_tour.py"
+    result = subprocess.run(
+        ["timeout", "200", "sbatch", "--wait", "-n", "2", f"--output={out2}", "--wrap", wrapped],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=220,
+        env=env(),
+    )
+    text = out2.read_text() if out2.exists() else ""
+    assert result.returncode == 0, result.stderr + text
+    assert "on 2 replica(s)" in text  # srun --mpi=pmi2 started both ranks inside the allocation
