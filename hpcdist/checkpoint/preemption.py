@@ -97,9 +97,11 @@ class PreemptionCheckpointHandler:
         log.warning("preemption signal: saved %s after %d steps", path, self.total_run_calls)
         job = os.environ.get("SLURM_JOB_ID")
         if chief and self._requeue and job:
+            # Logged first: Slurm may stop the job's processes as soon as it requeues it.
+            log.warning("requeueing Slurm job %s", job)
+            sys.stderr.flush()
             try:
                 subprocess.run(["scontrol", "requeue", job], check=True, timeout=60)
-                log.warning("requeued Slurm job %s", job)
             except (OSError, subprocess.SubprocessError) as exc:
                 log.warning("could not requeue Slurm job %s: %s", job, exc)
         if comm is not None:

@@ -111,3 +111,86 @@ def test_sbatch_cpu_template_and_hpcdist_run_inside_an_allocation(tmp_path):
     text = out2.read_text() if out2.exists() else ""
     assert result.returncode == 0, result.stderr + text
     assert "on 2 replica(s)" in text  # srun --mpi=pmi2 started both ranks inside the allocation
+
+
+def _job_state(job):
+    out = run(["scontrol", "show", "job", job], timeout=30).stdout
+    for field in out.split():
+        if field.startswith("JobState="):
+            return field.split("=", 1)[1], out
+    return "UNKNOWN", out
+
+
+def _wait_state(job, wanted, limit=150):
+    import time
+
+    deadline = time.monotonic() + limit
+    state, text = _job_state(job)
+    while state not in wanted and time.monotonic() < deadline:
+        time.sleep(1)
+        state, text = _job_state(job)
+    return state, text
+
+
+def test_preempted_job_requeues_itself_and_finishes_like_an_uninterrupted_run(tmp_path):
+    import time
+
+    import numpy as np
+
+    script = "tests/integration/scripts/preemptible_train.py"
+    straight = run(
+        [
+            "timeout",
+            "100",
+            "srun",
+            "--mpi=pmi2",
+            "-n",
+            "2",
+            sys.executable,
+            script,
+            str(tmp_path / "a"),
+            str(tmp_path / "a.npz"),
+        ]
+    )
+    assert straight.returncode == 0, straight.stderr
+    out = tmp_path / "job.out"
+    e = env()
+    e.update(
+        SCRIPT=script,
+        SCRIPT_ARGS=f"{tmp_path / 'b'} {tmp_path / 'b.npz'}",
+        PYTHON=sys.executable,
+        STEP_SLEEP="0.5",
+    )
+    sub = subprocess.run(
+        ["sbatch", "--parsable", "--time=00:10:00", f"--output={out}", "slurm/preemptible.sbatch"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=e,
+    )
+    assert sub.returncode == 0, sub.stderr
+    job = sub.stdout.strip().split(";")[0]
+    try:
+        deadline = time.monotonic() + 120
+        while "starting at step" not in (out.read_text() if out.exists() else ""):
+            assert time.monotonic() < deadline, _job_state(job)[1]
+            time.sleep(0.5)
+        time.sleep(2.0)  # a few steps in
+        signal = run(["scancel", "--signal=USR2", job], timeout=30)  # to the job's steps
+        assert signal.returncode == 0, signal.stderr
+        state, text = _wait_state(job, {"PENDING", "REQUEUED", "COMPLETED", "FAILED"}, 120)
+        assert state in ("PENDING", "REQUEUED"), text + (out.read_text() if out.exists() else "")
+        run(["scontrol", "update", f"JobId={job}", "StartTime=now"], timeout=30)
+        state, text = _wait_state(job, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, 150)
+        log = out.read_text()
+        assert state == "COMPLETED", text + log
+    finally:
+        run(["scancel", job], timeout=30)
+    assert "run 0 of job" in log and "run 1 of job" in log
+    assert "preemption signal: saved" in log  # "run 1 of job" above proves the requeue
+    a, b = np.load(tmp_path / "a.npz"), np.load(tmp_path / "b.npz")
+    assert int(b["start"]) > 0 and int(b["steps"]) == int(a["steps"])
+    for key in a.files:
+        if key.startswith("arr_"):
+            assert np.array_equal(a[key], b[key]), key  # bitwise

@@ -8,6 +8,7 @@ exits with PREEMPTION_EXIT_CODE. Run again, it resumes; at the end rank 0 writes
 import os
 import signal
 import sys
+import time
 
 import numpy as np
 
@@ -34,7 +35,11 @@ loss_object = hd.nn.losses.SparseCategoricalCrossentropy(from_logits=True, reduc
 rank = strategy.extended.worker_index
 
 
+STEP_SLEEP = float(os.environ.get("STEP_SLEEP", "0"))  # slow steps down for external signals
+
+
 def train_step(step):
+    time.sleep(STEP_SLEEP)
     lo = step * GLOBAL_BATCH
     batch = hd.data.Dataset.from_tensors((x[lo : lo + GLOBAL_BATCH], y[lo : lo + GLOBAL_BATCH]))
     inputs = next(iter(strategy.experimental_distribute_dataset(batch)))
