@@ -28,7 +28,8 @@ ruff format --check .
 echo "== unit and integration tests (1 process, jobs launched with timeouts)"
 bounded "unit+integration" python -m pytest -q -rs -p no:cacheprovider tests/unit tests/integration tests/gpu
 echo "== Slurm tests against real slurmctld/slurmd/munged on this machine (scripts/slurm-up.sh)"
-bounded "slurm" python -m pytest -q -rs -p no:cacheprovider tests/slurm
+# Jobs queue and requeue under a real scheduler: allow each test up to 8 minutes.
+PYTEST_RANK_TIMEOUT=480 bounded "slurm" python -m pytest -q -rs -p no:cacheprovider tests/slurm
 for n in 2 3 4; do
   echo "== MPI tests on $n ranks"
   bounded "mpiexec -n $n" mpiexec -n "$n" bash tests/mpi_pytest.sh -q tests/mpi

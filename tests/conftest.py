@@ -18,6 +18,7 @@ TEST_TIMEOUT = float(os.environ.get("PYTEST_RANK_TIMEOUT", "120"))
 
 @pytest.fixture(autouse=True)
 def _hang_guard():
-    faulthandler.dump_traceback_later(TEST_TIMEOUT, exit=True, file=sys.stderr)
+    # sys.__stderr__: pytest captures sys.stderr, and a dump into the capture would be lost.
+    faulthandler.dump_traceback_later(TEST_TIMEOUT, exit=True, file=sys.__stderr__)
     yield
     faulthandler.cancel_dump_traceback_later()
