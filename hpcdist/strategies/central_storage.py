@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from hpcdist.comm.communicator import Communicator
-from hpcdist.strategies.mirrored import parse_device
+from hpcdist.strategies.mirrored import local_devices, parse_device
 from hpcdist.strategies.strategy import Strategy, StrategyExtended
 
 __all__ = ["CentralStorageStrategy"]
@@ -67,14 +67,7 @@ class CentralStorageStrategy(Strategy):
     def __init__(
         self, compute_devices: Sequence[str] | None = None, parameter_device: str | None = None
     ) -> None:
-        from hpcdist.cluster.gpus import visible_gpu_count
-
-        if compute_devices is None:
-            gpus = visible_gpu_count()
-            compute_devices = [f"gpu:{i}" for i in range(gpus)] if gpus else ["cpu:0"]
-        devices = tuple(parse_device(d) for d in compute_devices)
-        if len(set(devices)) != len(devices):
-            raise ValueError(f"compute_devices must be distinct, got {list(compute_devices)}")
+        devices = local_devices(compute_devices, "compute_devices")
         parameter = parse_device(parameter_device or "cpu:0")
         comm = Communicator()
         if comm.num_nodes > 1:

@@ -8,7 +8,7 @@ from hpcdist.cluster.gpus import visible_gpu_count
 from hpcdist.strategies.cross_device_ops import CrossDeviceOps
 from hpcdist.strategies.strategy import Strategy, StrategyExtended
 
-__all__ = ["MirroredStrategy", "parse_device"]
+__all__ = ["MirroredStrategy", "local_devices", "parse_device"]
 
 
 def parse_device(device: str) -> str:
@@ -22,6 +22,23 @@ def parse_device(device: str) -> str:
     if kind not in ("cpu", "gpu") or not index.isdigit():
         raise ValueError(f"device must look like 'cpu:0' or 'gpu:1', got {device!r}")
     return f"{kind}:{int(index)}"
+
+
+def local_devices(devices: Sequence[str] | None, what: str) -> tuple[str, ...]:
+    """Normalised, distinct local device names; default every visible GPU, else ``cpu:0``.
+
+    Raises:
+        ValueError: No device, a malformed name, or a repeated one (``what`` names the argument).
+    """
+    if devices is None:
+        gpus = visible_gpu_count()
+        devices = [f"gpu:{i}" for i in range(gpus)] if gpus else ["cpu:0"]
+    names = tuple(parse_device(d) for d in devices)
+    if not names:
+        raise ValueError(f"{what} must name at least one device")
+    if len(set(names)) != len(names):
+        raise ValueError(f"{what} must be distinct, got {list(devices)}")
+    return names
 
 
 class MirroredStrategy(Strategy):
@@ -41,14 +58,7 @@ class MirroredStrategy(Strategy):
     def __init__(
         self, devices: Sequence[str] | None = None, cross_device_ops: CrossDeviceOps | None = None
     ) -> None:
-        if devices is None:
-            gpus = visible_gpu_count()
-            devices = [f"gpu:{i}" for i in range(gpus)] if gpus else ["cpu:0"]
-        names = tuple(parse_device(d) for d in devices)
-        if not names:
-            raise ValueError("MirroredStrategy needs at least one device")
-        if len(set(names)) != len(names):
-            raise ValueError(f"devices must be distinct, got {list(devices)}")
+        names = local_devices(devices, "devices")
         self.extended = StrategyExtended(
             self, None, devices=names, cross_device_ops=cross_device_ops
         )
