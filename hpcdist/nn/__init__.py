@@ -14,19 +14,22 @@ from hpcdist.nn import (
     optimizers,
     regularizers,
 )
-from hpcdist.nn.autodiff import GradientTape, Tensor, constant
+from hpcdist.nn.autodiff import GradientTape, IndexedSlices, Tensor, constant
+from hpcdist.nn.embedding import embedding_lookup
 from hpcdist.nn.initializers import set_random_seed
 from hpcdist.nn.loss_scaling import compute_average_loss, scale_regularization_loss
 from hpcdist.nn.models import Model, Sequential
 
 __all__ = [
     "GradientTape",
+    "IndexedSlices",
     "Model",
     "Sequential",
     "Tensor",
     "callbacks",
     "compute_average_loss",
     "constant",
+    "embedding_lookup",
     "initializers",
     "layers",
     "losses",

@@ -15,7 +15,16 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["GradientTape", "Tensor", "as_tensor", "constant", "record", "unbroadcast"]
+__all__ = [
+    "GradientTape",
+    "IndexedSlices",
+    "RowsOf",
+    "Tensor",
+    "as_tensor",
+    "constant",
+    "record",
+    "unbroadcast",
+]
 
 
 class _TapeState(threading.local):
@@ -197,6 +206,52 @@ class Tensor:
         return ops.reshape(self, shape[0] if len(shape) == 1 else shape)
 
 
+class IndexedSlices:
+    """A sparse gradient: ``values[i]`` belongs to row ``indices[i]`` of a ``dense_shape`` array.
+
+    Indices may repeat (their rows add up); `deduplicate` sums them.
+    """
+
+    def __init__(self, values: np.ndarray, indices: np.ndarray, dense_shape: tuple[int, ...]):
+        self.values = np.asarray(values)
+        self.indices = np.asarray(indices, np.int64)
+        self.dense_shape = tuple(dense_shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        """Dtype of the values."""
+        return self.values.dtype
+
+    def deduplicate(self) -> IndexedSlices:
+        """Sorted unique indices with the rows of repeated ones summed."""
+        unique, inverse = np.unique(self.indices, return_inverse=True)
+        values = np.zeros((len(unique), *self.values.shape[1:]), self.values.dtype)
+        np.add.at(values, inverse, self.values)
+        return IndexedSlices(values, unique, self.dense_shape)
+
+    def numpy(self) -> np.ndarray:
+        """The dense array."""
+        out = np.zeros(self.dense_shape, self.values.dtype)
+        np.add.at(out, self.indices, self.values)
+        return out
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = self.numpy()
+        return out if dtype is None else out.astype(dtype)
+
+    def __repr__(self) -> str:
+        return f"IndexedSlices(rows={len(self.indices)}, dense_shape={self.dense_shape})"
+
+
+class RowsOf:
+    """The source of a leaf holding rows ``ids`` of ``variable`` (a sparse read)."""
+
+    __slots__ = ("ids", "variable")
+
+    def __init__(self, variable: Any, ids: np.ndarray) -> None:
+        self.variable, self.ids = variable, ids
+
+
 def constant(value: Any, dtype: Any = None) -> Tensor:
     """A tensor that records nothing."""
     return Tensor(np.asarray(value, dtype=dtype))
@@ -300,16 +355,32 @@ class GradientTape:
             if output_gradients is None
             else np.asarray(output_gradients, dtype=target.value.dtype)
         )
-        by_tensor = _backpropagate(target, seed)
+        by_tensor, sparse = _backpropagate(target, seed)
         out = []
         for s in source_list:
             key = id(s.source) if isinstance(s, Tensor) and s.source is not None else id(s)
-            out.append(by_tensor.get(key))
+            grad = by_tensor.get(key)
+            pieces = sparse.get(id(s))
+            if pieces:
+                rows = IndexedSlices(
+                    np.concatenate([g for _, g in pieces]),
+                    np.concatenate([i for i, _ in pieces]),
+                    tuple(s.shape),
+                )
+                grad = rows if grad is None else grad + rows.numpy()
+            out.append(grad)
         return out[0] if single else out
 
 
-def _backpropagate(target: Tensor, seed: np.ndarray) -> dict[int, np.ndarray]:
-    """Gradient for every traced tensor and every variable leaf, keyed by ``id``."""
+def _backpropagate(
+    target: Tensor, seed: np.ndarray
+) -> tuple[dict[int, np.ndarray], dict[int, list[tuple[np.ndarray, np.ndarray]]]]:
+    """Gradients of every traced tensor and variable leaf, and of every sparse read.
+
+    Returns:
+        Dense gradients keyed by ``id`` of the tensor or variable, and the ``(ids, rows)``
+        gradients of sparse reads keyed by ``id`` of the variable read.
+    """
     order: list[Tensor] = []
     seen: set[int] = set()
     stack: list[tuple[Tensor, bool]] = [(target, False)]
@@ -327,9 +398,13 @@ def _backpropagate(target: Tensor, seed: np.ndarray) -> dict[int, np.ndarray]:
                 stack.append((parent, False))
     grads: dict[int, np.ndarray] = {id(target): seed}
     results: dict[int, np.ndarray] = {}
+    sparse: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
     for node in reversed(order):
         grad = grads.pop(id(node), None)
         if grad is None:
+            continue
+        if isinstance(node.source, RowsOf):
+            sparse.setdefault(id(node.source.variable), []).append((node.source.ids, grad))
             continue
         key = id(node.source) if node.source is not None else id(node)
         results[key] = results[key] + grad if key in results else grad
@@ -340,4 +415,4 @@ def _backpropagate(target: Tensor, seed: np.ndarray) -> dict[int, np.ndarray]:
                 continue
             pid = id(parent)
             grads[pid] = grads[pid] + g if pid in grads else g
-    return results
+    return results, sparse

@@ -312,7 +312,9 @@ class Embedding(Layer):
                 f"{self.name}: ids must be in [0, {self.input_dim}), got min {ids.min()} "
                 f"max {ids.max()}"
             )
-        return ops.gather(self.embeddings, ids.astype(np.int64))
+        from hpcdist.nn.embedding import embedding_lookup
+
+        return embedding_lookup(self.embeddings, ids.astype(np.int64))
 
 
 class Dropout(Layer):

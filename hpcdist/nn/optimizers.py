@@ -15,9 +15,10 @@ from typing import Any
 import numpy as np
 
 from hpcdist.comm.ops import ReduceOp
-from hpcdist.nn.autodiff import Tensor
+from hpcdist.nn.autodiff import IndexedSlices, Tensor
 from hpcdist.strategies import context
 from hpcdist.strategies.values import PerReplica
+from hpcdist.strategies.variables import variable_key
 
 __all__ = [
     "SGD",
@@ -95,7 +96,7 @@ class Optimizer:
     def __init__(self, learning_rate: float | LearningRateSchedule = 0.01, name: str | None = None):
         self._learning_rate = learning_rate
         self.name = name or type(self).__name__
-        self._slots: dict[tuple[int, str], Any] = {}
+        self._slots: dict[tuple[Any, str], Any] = {}
         self.iterations: Any = None
         self._strategy = context.get_strategy()  # slots live where the optimizer was created
 
@@ -123,18 +124,28 @@ class Optimizer:
             )
         for var in variables:
             for slot in self._slot_names():
-                key = (id(var), slot)
+                key = (variable_key(var), slot)
                 if key not in self._slots:
                     self._slots[key] = strategy.Variable(
                         np.zeros(var.shape, var.dtype), name=f"{var.name}/{slot}", trainable=False
                     )
 
+    def build(self, var_list: list[Any]) -> None:
+        """Create the iteration counter and the slot variables of ``var_list`` now.
+
+        Needed before scheduling training functions under `ParameterServerStrategy`, where
+        variables can only be created on the coordinator.
+        """
+        self._build(list(var_list))
+
     def _slot_names(self) -> tuple[str, ...]:
         return ()
 
     def slot(self, var: Any, name: str) -> Any:
-        """The slot variable ``name`` of ``var``."""
-        return self._slots[(id(var), name)]
+        """The slot variable ``name`` of ``var`` (rows of it, for a sparse update)."""
+        if isinstance(var, _Rows):
+            return _Rows(self._slots[(variable_key(var.variable), name)], var.ids)
+        return self._slots[(variable_key(var), name)]
 
     @property
     def variables(self) -> list[Any]:
@@ -154,13 +165,11 @@ class Optimizer:
         if not pairs:
             return
         ctx = context.get_replica_context()
-        if context.has_strategy() and ctx is not None:
-            grads = [np.asarray(g.value if isinstance(g, Tensor) else g) for g, _ in pairs]
+        if context.has_strategy() and ctx is not None and ctx.num_replicas_in_sync > 1:
+            grads = [_dense(g) for g, _ in pairs]
             ctx.merge_call(_distributed_apply, args=(self, grads, [v for _, v in pairs]))
-        else:
-            self._apply(
-                [(np.asarray(g.value if isinstance(g, Tensor) else g), v) for g, v in pairs]
-            )
+        else:  # one replica: nothing to combine (sparse gradients stay sparse)
+            self._apply([(g if isinstance(g, IndexedSlices) else _dense(g), v) for g, v in pairs])
 
     def minimize(self, loss_fn: Any, var_list: list[Any]) -> None:
         """Compute gradients of ``loss_fn()`` with a tape and apply them."""
@@ -170,11 +179,19 @@ class Optimizer:
             loss = loss_fn()
         self.apply_gradients(zip(tape.gradient(loss, var_list), var_list, strict=True))
 
-    def _apply(self, pairs: list[tuple[np.ndarray, Any]]) -> None:
+    def _apply(self, pairs: list[tuple[Any, Any]]) -> None:
         self._build([v for _, v in pairs])
         lr = self.learning_rate
         step = int(self.iterations.numpy()) + 1
         for grad, var in pairs:
+            if isinstance(grad, IndexedSlices) and hasattr(var, "scatter_add"):
+                # Only the rows touched: their slots are read and written as rows too.
+                grad = grad.deduplicate()
+                rows = _Rows(var, grad.indices)
+                update = self._update(grad.values.astype(var.dtype, copy=False), rows, lr, step)
+                var.scatter_add(grad.indices, update.astype(var.dtype, copy=False))
+                continue
+            grad = _dense(grad)
             update = self._update(grad.astype(var.dtype, copy=False), var, lr, step)
             var.assign_add(update.astype(var.dtype, copy=False), read_value=False)
         self.iterations.assign_add(1, read_value=False)
@@ -182,6 +199,28 @@ class Optimizer:
     def _update(self, grad: np.ndarray, var: Any, lr: float, step: int) -> np.ndarray:
         """The delta to add to ``var`` (override); slots are updated here."""
         raise NotImplementedError
+
+
+def _dense(grad: Any) -> np.ndarray:
+    if isinstance(grad, Tensor):
+        return np.asarray(grad.value)
+    return np.asarray(grad)
+
+
+class _Rows:
+    """Rows ``ids`` of a variable, seen as a variable by the update rules (sparse updates)."""
+
+    def __init__(self, variable: Any, ids: np.ndarray) -> None:
+        self.variable, self.ids = variable, ids
+        self.shape = (len(ids), *variable.shape[1:])
+        self.dtype = variable.dtype
+
+    def numpy(self) -> np.ndarray:
+        return self.variable.sparse_read(self.ids)
+
+    def assign(self, value: Any, read_value: bool = True) -> None:
+        del read_value
+        self.variable.scatter_update(self.ids, value)
 
 
 def _distributed_apply(strategy: Any, optimizer: Optimizer, grads: Any, variables: Any) -> None:

@@ -33,6 +33,7 @@ __all__ = [
     "Variable",
     "VariableAggregation",
     "VariableSynchronization",
+    "variable_key",
 ]
 
 
@@ -135,6 +136,14 @@ class SharedStorage(Storage):
 
 
 _counter = [0]
+
+
+def variable_key(var: Any) -> Any:
+    """A key naming ``var`` in this process (optimizer slots and checkpoints use it).
+
+    Copies of one parameter-server variable in different processes share the key.
+    """
+    return getattr(var, "_key", None) or id(var)
 
 
 def _unique_name(name: str | None) -> str:

@@ -1,0 +1,37 @@
+"""`embedding_lookup`: rows of a table, reading (and differentiating) only the rows used."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from hpcdist.nn import ops
+from hpcdist.nn.autodiff import RowsOf, Tensor, _state, recording
+
+__all__ = ["embedding_lookup"]
+
+
+def embedding_lookup(params: Any, ids: Any) -> Tensor:
+    """Rows of ``params`` at integer ``ids`` (any shape): ``params[ids]``.
+
+    For a table with ``sparse_read`` (`hpcdist.ShardedVariable` or a parameter-server variable)
+    only the distinct rows in ``ids`` are read, and under a `GradientTape` its gradient is an
+    `hpcdist.nn.autodiff.IndexedSlices` over those rows, which optimizers apply with
+    ``scatter_add``: an embedding table larger than one process's memory trains by moving only
+    the rows a batch touches. Other arrays and variables fall back to a dense gather.
+
+    Raises:
+        TypeError: ``ids`` are not integers.
+        ValueError: An id is out of range.
+    """
+    ids = np.asarray(ids.value if isinstance(ids, Tensor) else ids)
+    if not hasattr(params, "sparse_read"):
+        return ops.gather(params, ids)
+    if ids.dtype.kind not in "iu":
+        raise TypeError(f"embedding_lookup needs integer ids, got dtype {ids.dtype}")
+    unique, inverse = np.unique(ids.reshape(-1), return_inverse=True)
+    rows = params.sparse_read(unique)
+    watched = recording() and any(t._watches(params) for t in _state.tapes)
+    leaf = Tensor(rows, source=RowsOf(params, unique)) if watched else Tensor(rows)
+    return ops.gather(leaf, inverse.reshape(ids.shape))
