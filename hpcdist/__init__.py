@@ -3,7 +3,17 @@
 ``import hpcdist as hd``; see the README and ``docs/`` for the tour.
 """
 
-from hpcdist import checkpoint, cluster, comm, data, errors, nn, settings, strategies
+from hpcdist import (
+    checkpoint,
+    cluster,
+    comm,
+    data,
+    errors,
+    nn,
+    partitioners,
+    settings,
+    strategies,
+)
 from hpcdist._version import __version__
 from hpcdist.checkpoint import (
     Checkpoint,
@@ -19,6 +29,7 @@ from hpcdist.comm import (
 )
 from hpcdist.strategies import (
     CentralStorageStrategy,
+    ClusterCoordinator,
     DefaultStrategy,
     HierarchicalCopyAllReduce,
     Mirrored,
@@ -27,9 +38,14 @@ from hpcdist.strategies import (
     MultiWorkerMirroredStrategy,
     NcclAllReduce,
     OneDeviceStrategy,
+    ParameterServerStrategy,
     PerReplica,
+    PerWorkerValues,
     ReductionToOneDevice,
+    RemoteValue,
+    RemoteValueStatus,
     ReplicaContext,
+    ShardedVariable,
     SyncOnReadVariable,
     VariableAggregation,
     VariableSynchronization,
@@ -45,6 +61,7 @@ __all__ = [
     "Checkpoint",
     "CheckpointManager",
     "CheckpointOptions",
+    "ClusterCoordinator",
     "CommunicationImplementation",
     "CommunicationOptions",
     "Communicator",
@@ -56,11 +73,16 @@ __all__ = [
     "MultiWorkerMirroredStrategy",
     "NcclAllReduce",
     "OneDeviceStrategy",
+    "ParameterServerStrategy",
     "PerReplica",
+    "PerWorkerValues",
     "PreemptionCheckpointHandler",
     "ReduceOp",
     "ReductionToOneDevice",
+    "RemoteValue",
+    "RemoteValueStatus",
     "ReplicaContext",
+    "ShardedVariable",
     "SyncOnReadVariable",
     "VariableAggregation",
     "VariableSynchronization",
@@ -76,6 +98,7 @@ __all__ = [
     "has_strategy",
     "in_cross_replica_context",
     "nn",
+    "partitioners",
     "settings",
     "strategies",
 ]

@@ -12,6 +12,7 @@ __all__ = [
     "CollectiveMismatchError",
     "DeadlineExceededError",
     "HpcdistError",
+    "OutOfRangeError",
     "UnavailableError",
     "WorkerPreemptedError",
 ]
@@ -54,6 +55,10 @@ class UnavailableError(HpcdistError, RuntimeError):
 
 class CancelledError(HpcdistError):
     """An operation was cancelled before it ran, because an earlier one failed."""
+
+
+class OutOfRangeError(HpcdistError):
+    """An iterator read inside a scheduled function was exhausted (TF's ``OutOfRangeError``)."""
 
 
 class WorkerPreemptedError(HpcdistError):

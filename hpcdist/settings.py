@@ -83,6 +83,11 @@ class Settings:
         log_level: Level of the ``hpcdist`` logger. Env: ``HPCDIST_LOG_LEVEL``.
         log_all_ranks: Log INFO messages on every rank, not only the chief.
             Env: ``HPCDIST_LOG_ALL_RANKS``.
+        num_ps: Number of parameter-server ranks of a `ParameterServerStrategy` launched
+            without a ``ps`` job in its cluster resolver (rank 0 is the coordinator, the next
+            ``num_ps`` ranks are ps, the rest workers). Env: ``HPCDIST_NUM_PS``.
+        ps_segment_bytes: Size of each RMA window segment a ps rank allocates for variables
+            (a larger variable gets a segment of its own size). Env: ``HPCDIST_PS_SEGMENT_BYTES``.
     """
 
     timeout_seconds: float | None = None
@@ -96,6 +101,8 @@ class Settings:
     abort_on_exception: bool = True
     log_level: str = "INFO"
     log_all_ranks: bool = False
+    num_ps: int | None = None
+    ps_segment_bytes: int = 16 << 20
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -142,6 +149,10 @@ class Settings:
             raise ValueError(
                 f"timeout_seconds must be positive or None, got {self.timeout_seconds}"
             )
+        if self.num_ps is not None and self.num_ps < 1:
+            raise ValueError(f"num_ps must be at least 1, got {self.num_ps}")
+        if self.ps_segment_bytes < 4096:
+            raise ValueError(f"ps_segment_bytes must be at least 4096, got {self.ps_segment_bytes}")
         if self.shm_chunk_bytes < 4096:
             raise ValueError(f"shm_chunk_bytes must be at least 4096, got {self.shm_chunk_bytes}")
 
@@ -158,6 +169,8 @@ _PARSERS = {
     "abort_on_exception": _parse_bool,
     "log_level": lambda s: s.strip().upper(),
     "log_all_ranks": _parse_bool,
+    "num_ps": _parse_optional_int,
+    "ps_segment_bytes": _parse_int,
 }
 
 _cached: Settings | None = None

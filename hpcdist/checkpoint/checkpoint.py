@@ -19,7 +19,7 @@ import numpy as np
 from hpcdist.checkpoint.format import CheckpointError, read_arrays, write_arrays
 from hpcdist.log import get_logger
 from hpcdist.strategies import context
-from hpcdist.strategies.variables import Variable
+from hpcdist.strategies.variables import Variable, variable_key
 
 __all__ = ["Checkpoint", "CheckpointLoadStatus", "CheckpointOptions"]
 
@@ -37,8 +37,16 @@ class CheckpointOptions:
 
 
 def _world() -> Any:
+    """The world communicator, or None on one rank and on a parameter-server coordinator.
+
+    A parameter-server coordinator is the only rank running the program: no collectives.
+    """
     from mpi4py import MPI
 
+    from hpcdist.strategies.parameter_server import coordinator_only
+
+    if coordinator_only():
+        return None
     if MPI.COMM_WORLD.Get_size() > 1:
         from hpcdist.comm import world
 
@@ -132,7 +140,7 @@ class Checkpoint:
     def _variables(self) -> dict[str, Any]:
         """Path -> variable for every variable reachable (optimizer slots included)."""
         out: dict[str, Any] = {"save_counter": self.save_counter}
-        by_id: dict[int, str] = {}
+        by_id: dict[Any, str] = {}
         optimizers = []
         for name, obj in self._trackables.items():
             if isinstance(obj, Variable):
@@ -147,7 +155,7 @@ class Checkpoint:
                 for i, w in enumerate(obj.variables):
                     out[f"{name}/state/{i}"] = w
         for path, var in list(out.items()):
-            by_id.setdefault(id(var), path)
+            by_id.setdefault(variable_key(var), path)
         for name, opt in optimizers:
             if opt.iterations is not None:
                 out[f"{name}/iterations"] = opt.iterations

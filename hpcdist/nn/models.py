@@ -233,8 +233,12 @@ class Model(Layer):
         cb.on_train_begin()
         if self._resume_epoch is not None:  # BackupAndRestore found a backup
             initial_epoch = max(initial_epoch, self._resume_epoch)
-        continuous = None
-        if steps_per_epoch is not None:
+        continuous = ps_fit = None
+        if getattr(strategy, "_is_parameter_server", False):
+            from hpcdist.nn.ps_training import ParameterServerFit
+
+            ps_fit = ParameterServerFit(self, x, y, batch_size, shuffle, seed, steps_per_epoch)
+        elif steps_per_epoch is not None:
             continuous = iter(
                 strategy.experimental_distribute_dataset(
                     self._batches(x, y, batch_size, shuffle, seed).repeat()
@@ -245,21 +249,16 @@ class Model(Layer):
             with self._scope():
                 for m in self.metrics:
                     m.reset_state()
-            if continuous is not None:
-                iterator = continuous
-            else:
-                data = self._batches(x, y, batch_size, shuffle, seed + epoch)
-                iterator = iter(strategy.experimental_distribute_dataset(data))
-            step = 0
             t0 = time.perf_counter()
-            while steps_per_epoch is None or step < steps_per_epoch:
-                try:
-                    batch = next(iterator)
-                except StopIteration:
-                    break
-                strategy.run(self.train_step, args=batch)
-                cb.on_train_batch_end(step)
-                step += 1
+            if ps_fit is not None:
+                ps_fit.run_epoch(cb.on_train_batch_end)
+            else:
+                if continuous is not None:
+                    iterator = continuous
+                else:
+                    data = self._batches(x, y, batch_size, shuffle, seed + epoch)
+                    iterator = iter(strategy.experimental_distribute_dataset(data))
+                self._train_epoch(iterator, steps_per_epoch, cb)
             with self._scope():
                 logs = {m.name: m.result() for m in self.metrics}
             logs["time_s"] = time.perf_counter() - t0
@@ -276,6 +275,17 @@ class Model(Layer):
                 break
         cb.on_train_end()
         return history
+
+    def _train_epoch(self, iterator: Any, steps_per_epoch: int | None, cb: Any) -> None:
+        step = 0
+        while steps_per_epoch is None or step < steps_per_epoch:
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                break
+            self.distribute_strategy.run(self.train_step, args=batch)
+            cb.on_train_batch_end(step)
+            step += 1
 
     def evaluate(
         self,

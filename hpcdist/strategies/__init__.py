@@ -8,6 +8,13 @@ from hpcdist.strategies.context import (
     has_strategy,
     in_cross_replica_context,
 )
+from hpcdist.strategies.coordinator import (
+    ClusterCoordinator,
+    PerWorkerDataset,
+    PerWorkerValues,
+    RemoteValue,
+    RemoteValueStatus,
+)
 from hpcdist.strategies.cross_device_ops import (
     CrossDeviceOps,
     HierarchicalCopyAllReduce,
@@ -18,6 +25,8 @@ from hpcdist.strategies.default import DefaultStrategy, OneDeviceStrategy
 from hpcdist.strategies.input import DistributedDataset, DistributedIterator
 from hpcdist.strategies.mirrored import MirroredStrategy
 from hpcdist.strategies.multi_worker import MultiWorkerMirroredStrategy
+from hpcdist.strategies.parameter_server import ParameterServerStrategy
+from hpcdist.strategies.ps_variables import PSVariable, ShardedVariable
 from hpcdist.strategies.replica_context import ReplicaContext
 from hpcdist.strategies.strategy import Strategy, StrategyExtended, ValueContext
 from hpcdist.strategies.values import DistributedValues, Mirrored, PerReplica
@@ -31,6 +40,7 @@ from hpcdist.strategies.variables import (
 
 __all__ = [
     "CentralStorageStrategy",
+    "ClusterCoordinator",
     "CrossDeviceOps",
     "DefaultStrategy",
     "DistributedDataset",
@@ -43,9 +53,16 @@ __all__ = [
     "MultiWorkerMirroredStrategy",
     "NcclAllReduce",
     "OneDeviceStrategy",
+    "PSVariable",
+    "ParameterServerStrategy",
     "PerReplica",
+    "PerWorkerDataset",
+    "PerWorkerValues",
     "ReductionToOneDevice",
+    "RemoteValue",
+    "RemoteValueStatus",
     "ReplicaContext",
+    "ShardedVariable",
     "Strategy",
     "StrategyExtended",
     "SyncOnReadVariable",

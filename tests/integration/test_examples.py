@@ -1,4 +1,5 @@
-"""Every example runs under ``mpiexec -n 2`` (and the tour on 1 and 3 ranks too)."""
+"""Every example runs under ``mpiexec -n 2`` (the tour on 1 and 3 ranks too; the
+parameter-server example, which needs a coordinator, ps and workers, on 3 and 5)."""
 
 from pathlib import Path
 
@@ -6,7 +7,8 @@ import pytest
 
 from tests.helpers import ROOT, run_mpi
 
-EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.py"))
+PS_EXAMPLE = "parameter_server.py"
+EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.py") if p.name != PS_EXAMPLE)
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
@@ -28,3 +30,15 @@ def test_digits_demo_reaches_95_percent():
     assert result.returncode == 0, result.stderr
     accuracy = float(result.stdout.rsplit("test accuracy", 1)[1].split()[0])
     assert accuracy >= 0.95, result.stdout
+
+
+@pytest.mark.parametrize("ranks", [3, 5])
+def test_parameter_server_example(ranks):
+    result = run_mpi(ranks, [f"examples/{PS_EXAMPLE}"], timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "Finished epoch 3, accuracy is" in out, out
+    assert float(out.split("Finished epoch 3, accuracy is")[1].split(".\n")[0]) >= 0.9, out
+    assert "checkpoint restore of the sharded table: ok" in out, out
+    shards = 1 if ranks == 3 else 2
+    assert f"in {shards} shards on the ps ranks" in out, out

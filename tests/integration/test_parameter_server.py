@@ -1,0 +1,73 @@
+"""ParameterServerStrategy jobs: 1 coordinator, 2 ps and 2 workers (``mpiexec -n 5``).
+
+The cases live in ``scripts/ps_cases.py`` and run in one job (starting a job per case would
+cost seconds each); each case is reported here as its own test.
+"""
+
+import re
+
+import numpy as np
+import pytest
+
+import hpcdist as hd
+from tests.helpers import ROOT, clean_env, run_mpi
+
+SCRIPT = "tests/integration/scripts/ps_cases.py"
+CASES = sorted(re.findall(r"^def case_(\w+)\(", (ROOT / SCRIPT).read_text(), re.M))
+
+
+@pytest.fixture(scope="module")
+def ps_job(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ps")
+    env = clean_env(HPCDIST_NUM_PS="2", HPCDIST_PS_SEGMENT_BYTES="65536")
+    result = run_mpi(5, [SCRIPT, str(out)], timeout=240, env=env)
+    outcomes = dict(re.findall(r"^CASE (\w+) (PASS|FAIL.*)$", result.stdout, re.M))
+    return result, outcomes, out
+
+
+def test_every_rank_exits_cleanly(ps_job):
+    result, _, _ = ps_job
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_case(ps_job, case):
+    result, outcomes, _ = ps_job
+    assert case in outcomes, f"case did not report:\n{result.stdout[-2000:]}{result.stderr[-3000:]}"
+    assert outcomes[case] == "PASS", outcomes[case].replace(" | ", "\n")
+
+
+def test_ps_checkpoint_restores_in_one_process(ps_job):
+    """The file holds whole logical tensors: it restores at any world size, sharded or not."""
+    _, outcomes, out = ps_job
+    assert outcomes.get("checkpoint_restores_into_other_shard_count") == "PASS"
+    path = (out / "ps_checkpoint_path").read_text()
+    table = hd.strategies.Variable(np.zeros((12, 3), np.float32))
+    scalar = hd.strategies.Variable(np.float32(0))
+    hd.Checkpoint(table=table, scalar=scalar).restore(path)
+    assert np.array_equal(table.numpy(), np.arange(36, dtype=np.float32).reshape(12, 3))
+    assert float(scalar.numpy()) == 4.0
+
+
+MINIMAL = "tests/integration/scripts/ps_minimal.py"
+
+
+@pytest.mark.parametrize(
+    ("ranks", "env", "message"),
+    [
+        (3, {}, "needs exactly one chief task"),
+        (3, {"HPCDIST_NUM_PS": "2"}, "leaves no worker"),
+        (1, {}, "needs exactly one chief task"),
+    ],
+)
+def test_bad_layouts_fail_on_every_rank(ranks, env, message):
+    result = run_mpi(ranks, [MINIMAL], timeout=60, env=clean_env(**env))
+    assert result.returncode != 0
+    assert result.stderr.count(message) == ranks, result.stderr
+    assert "coordinator ready" not in result.stdout
+
+
+def test_layout_from_resolver_jobs():
+    result = run_mpi(4, [MINIMAL, "jobs"], timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "coordinator ready: 1 ps, 2 workers" in result.stdout
