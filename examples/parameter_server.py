@@ -76,7 +76,7 @@ def main() -> None:
     with strategy.scope():
         model = HeroModel()
         model.build((None, 3))
-        optimizer = hd.nn.optimizers.RMSprop(learning_rate=0.1)
+        optimizer = hd.nn.optimizers.RMSprop(learning_rate=0.02)
         optimizer.build(model.trainable_variables)
         accuracy = hd.nn.metrics.Accuracy()
     table = model.embedding.embeddings
