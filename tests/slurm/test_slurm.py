@@ -113,6 +113,42 @@ def test_sbatch_cpu_template_and_hpcdist_run_inside_an_allocation(tmp_path):
     assert "on 2 replica(s)" in text  # srun --mpi=pmi2 started both ranks inside the allocation
 
 
+def _sbatch_wait(script, out, extra_env, timeout=240):
+    e = env()
+    e.update(PYTHON=sys.executable, **extra_env)
+    result = subprocess.run(
+        ["timeout", str(timeout), "sbatch", "--wait", f"--output={out}", str(script)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout + 20,
+        env=e,
+    )
+    text = out.read_text() if out.exists() else ""
+    assert result.returncode == 0, result.stderr + text
+    return text
+
+
+def test_sbatch_parameter_server_template(tmp_path):
+    """1 coordinator, 2 ps, 2 workers from HPCDIST_NUM_PS through SlurmClusterResolver."""
+    text = _sbatch_wait("slurm/parameter-server.sbatch", tmp_path / "ps.out", {})
+    assert "embedding table (7, 64) in 2 shards on the ps ranks" in text, text
+    assert "Finished epoch 3, accuracy is" in text, text
+    assert "checkpoint restore of the sharded table: ok" in text, text
+
+
+def test_sbatch_gpu_template_in_cpu_only_form(tmp_path):
+    """The GPU template without its GPU request: 4 tasks, the resolver sees no GPU."""
+    lines = (ROOT / "slurm/train-gpu.sbatch").read_text().splitlines()
+    script = tmp_path / "cpu-only.sbatch"
+    script.write_text("\n".join(ln for ln in lines if "--gpus-per-task" not in ln) + "\n")
+    text = _sbatch_wait(script, tmp_path / "gpu.out", {"SCRIPT": "tests/slurm/scripts_resolver.py"})
+    rows = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    assert sorted(row["mpi"][0] for row in rows) == [0, 1, 2, 3], text
+    assert all(row["resolver"] == "SlurmClusterResolver" for row in rows)
+    assert all(row["gpus"] == {"GPU": 0} for row in rows)
+
+
 def _job_state(job):
     out = run(["scontrol", "show", "job", job], timeout=30).stdout
     for field in out.split():
@@ -132,8 +168,6 @@ def _wait_state(job, wanted, limit=150):
     return state, text
 
 
-# Run with `-m slow`: MPICH's UCX start-up failed once in CI inside the requeued job.
-@pytest.mark.slow
 def test_preempted_job_requeues_itself_and_finishes_like_an_uninterrupted_run(tmp_path):
     import time
 
