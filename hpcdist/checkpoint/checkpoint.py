@@ -167,7 +167,9 @@ class Checkpoint:
     def _snapshot(self, copy: bool) -> dict[str, np.ndarray]:
         """Current values; without ``copy`` they may be the variables' own arrays (write now)."""
         arrays = {
-            path: np.array(var._value(), copy=True) if copy else np.asarray(var._value())
+            path: np.array(var._value(), copy=True)
+            if copy
+            else getattr(var, "checkpoint_slices", None) or np.asarray(var._value())
             for path, var in self._variables().items()
         }
         for name, obj in self._trackables.items():

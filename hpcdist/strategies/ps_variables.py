@@ -303,6 +303,11 @@ class ShardedVariable(Variable):
     def _table(self) -> tuple[list[RmaStorage], np.ndarray]:
         return [v._storage[0] for v in self._variables], self._bounds
 
+    @property
+    def checkpoint_slices(self) -> _ShardSlices:
+        """The value as consecutive shards, read one at a time (checkpoints save it so)."""
+        return _ShardSlices(self)
+
     sparse_read = PSVariable.sparse_read
     scatter_add = PSVariable.scatter_add
     scatter_update = PSVariable.scatter_update
@@ -315,6 +320,19 @@ class ShardedVariable(Variable):
             f"<ShardedVariable {self.name!r} shape={self.shape} dtype={self.dtype} "
             f"shards={[v.shape[0] for v in self._variables]}>"
         )
+
+
+class _ShardSlices:
+    """A sharded variable's logical value, read shard by shard when written."""
+
+    def __init__(self, var: ShardedVariable) -> None:
+        self.var = var
+        self.shape, self.dtype = var.shape, var.dtype
+
+    def slices(self) -> Any:
+        """Each shard's value, in order."""
+        for shard in self.var.variables:
+            yield shard.read_value()
 
 
 def _rebuild_sharded(variables: list[PSVariable], name: str, uid: int) -> ShardedVariable:

@@ -232,3 +232,34 @@ def test_preemption_handler_in_one_process(tmp_path):
     )
     again.close()
     assert again.total_run_calls == 3 and (w.numpy() == 3).all()
+
+
+class _Pieces:
+    """A value given as consecutive first-axis pieces (how sharded variables are saved)."""
+
+    def __init__(self, parts, rows=None):
+        self.parts = parts
+        self.shape = (rows or sum(len(p) for p in parts), *parts[0].shape[1:])
+        self.dtype = parts[0].dtype
+
+    def slices(self):
+        yield from self.parts
+
+
+def test_sliced_values_are_written_piece_by_piece_and_checked(tmp_path):
+    from hpcdist.checkpoint.format import CheckpointError, read_arrays, write_arrays
+
+    full = np.arange(30, dtype=np.float32).reshape(10, 3)
+    path = str(tmp_path / "sliced.h5")
+    write_arrays(path, {"table": _Pieces([full[:4], full[4:7], full[7:]]), "plain": full[0]})
+    arrays, _ = read_arrays(path)
+    assert np.array_equal(arrays["table"], full)  # the checksum of the whole was checked too
+    with pytest.raises(ValueError, match="cover 7 of 10 rows"):
+        write_arrays(str(tmp_path / "short.h5"), {"t": _Pieces([full[:4], full[4:7]], rows=10)})
+    assert not (tmp_path / "short.h5").exists()  # a failed write leaves nothing
+    import h5py
+
+    with h5py.File(path, "r+") as f:
+        f["table"][5, 1] = -1.0
+    with pytest.raises(CheckpointError, match="checksum"):
+        read_arrays(path)
