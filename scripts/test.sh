@@ -12,6 +12,18 @@ unset HPCDIST_RANKS_PER_NODE
 export PYTHONDONTWRITEBYTECODE=1 HPCDIST_TIMEOUT_SECONDS=${HPCDIST_TIMEOUT_SECONDS:-60}
 limit=${MPI_TEST_LIMIT:-600}
 
+# Jobs that the tests abort or kill on purpose leave MPICH's shared-memory files behind; remove
+# those created during this run that no live process maps, however the run ends.
+marker=$(mktemp)
+clean_shm() {
+  local f
+  for f in $(find /dev/shm -maxdepth 1 -name 'mpich_shm_*' -newer "$marker" 2>/dev/null); do
+    grep -qsF "$f" /proc/[0-9]*/maps || rm -f "$f"
+  done
+  rm -f "$marker"
+}
+trap clean_shm EXIT
+
 bounded() {  # bounded LABEL CMD...: run CMD under the wall-clock limit, name the hang if any
   local label=$1; shift
   local rc=0
