@@ -287,8 +287,11 @@ class Adam(Optimizer):
 
     def _update(self, grad: np.ndarray, var: Any, lr: float, step: int) -> np.ndarray:
         m, v = self.slot(var, "m"), self.slot(var, "v")
-        new_m = m.numpy() + (grad - m.numpy()) * (1 - self.beta_1)
-        new_v = v.numpy() + (grad * grad - v.numpy()) * (1 - self.beta_2)
+        # Read each slot once: under asynchronous training (parameter servers) two reads can
+        # see two values, and v_1 + (g^2 - v_2)(1 - beta_2) can be negative.
+        old_m, old_v = m.numpy(), v.numpy()
+        new_m = old_m + (grad - old_m) * (1 - self.beta_1)
+        new_v = old_v + (grad * grad - old_v) * (1 - self.beta_2)
         m.assign(new_m, read_value=False)
         v.assign(new_v, read_value=False)
         alpha = lr * np.sqrt(1 - self.beta_2**step) / (1 - self.beta_1**step)

@@ -269,7 +269,7 @@ def case_variable_created_on_worker_rejected():
 
 def case_per_worker_datasets_and_iterators():
     def dataset_fn(ctx):
-        data = hd.data.Dataset.range(40).shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
+        data = hd.data.Dataset.range(80).shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
         return data.map(lambda i: (i, np.int64(ctx.input_pipeline_id))).batch(4)
 
     def per_worker_dataset_fn():
@@ -284,12 +284,13 @@ def case_per_worker_datasets_and_iterators():
         check(int(worker[0]) == strategy.extended.worker_index)
         return values
 
+    # 10 batches per worker: 8 steps cannot exhaust one, however they are spread.
     results = [coordinator.schedule(step, args=(iterator,)) for _ in range(8)]
     coordinator.join()
     seen = np.concatenate([rv.fetch() for rv in results])
     check(len(seen) == 32 and len(set(seen.tolist())) == 32, f"duplicates: {sorted(seen)}")
-    # Exhausting one worker's data: OutOfRangeError, raised once.
-    for _ in range(6):
+    # 20 batches in all: 13 more steps exhaust a worker's data: OutOfRangeError, raised once.
+    for _ in range(13):
         coordinator.schedule(step, args=(iterator,))
     raises(OutOfRangeError, coordinator.join)
     coordinator.join()
@@ -444,6 +445,42 @@ def case_embedding_lookup_sparse_gradient_and_update():
     check(np.allclose(table.numpy(), expect, atol=1e-6), "sparse SGD update")
     check(np.allclose(opt.slot(table, "momentum").numpy(), velocity, atol=1e-6), "slot rows")
     check(int(opt.iterations.numpy()) == 1)
+
+
+class _EmbeddingRegressor(hd.nn.Model):
+    def __init__(self):
+        super().__init__()
+        self.embedding = hd.nn.layers.Embedding(8192, 64)
+        self.hidden = hd.nn.layers.Dense(64, activation="relu")
+        self.out = hd.nn.layers.Dense(1)
+
+    def call(self, inputs, training=None):
+        return self.out(self.hidden(hd.nn.ops.reduce_mean(self.embedding(inputs), axis=1)))
+
+
+def case_async_adam_training_stays_finite():
+    # Two workers update the same rows concurrently. Adam once read its second moment twice per
+    # update: a concurrent write between the two reads made it negative and the weights NaN
+    # within 20 steps of this model. Update rules now read each slot once.
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 4096, (4096, 8))
+    y = rng.standard_normal(8192)[x].mean(axis=1, keepdims=True).astype(np.float32)
+    PARTITIONER.answer = lambda shape, dtype: (
+        [2 if shape[0] >= 1000 else 1] + [1] * (len(shape) - 1)
+    )
+    try:
+        with strategy.scope():
+            model = _EmbeddingRegressor()
+            model.compile(optimizer=hd.nn.optimizers.Adam(0.01), loss="mse")
+            model.build((None, 8))
+    finally:
+        PARTITIONER.answer = None
+    check(isinstance(model.embedding.embeddings, hd.ShardedVariable))
+    history = model.fit(x, y, batch_size=128, epochs=2, steps_per_epoch=60, verbose=0)
+    check(all(np.isfinite(history.history["loss"])), f"loss {history.history['loss']}")
+    for w in model.trainable_variables:
+        check(np.isfinite(w.numpy()).all(), f"non-finite {w.name}")
+    check(history.history["loss"][-1] < history.history["loss"][0], f"{history.history}")
 
 
 # -- training and checkpoints ------------------------------------------------------------------
