@@ -168,7 +168,7 @@ class RmaStorage(Storage):
         """``Get`` the whole value (a fresh array)."""
         out = np.empty(self.shape, self.dtype)
         if self.size:
-            win, target = self._located()
+            win, target = self._where or self._located()
             win.Get(out, target, self._spec)
             win.Flush(target)
         return out
@@ -180,7 +180,7 @@ class RmaStorage(Storage):
         if not buf.flags.c_contiguous:
             buf = np.ascontiguousarray(buf)
         if self.size:
-            win, target = self._located()
+            win, target = self._where or self._located()
             win.Accumulate(buf, target, self._spec, op=op)
             win.Flush(target)
 
