@@ -71,6 +71,11 @@ class _Roles:
     """Which rank is the coordinator, which are ps and workers (same on every rank)."""
 
     def __init__(self, tasks: list[tuple[str, int]]) -> None:
+        if len(tasks) < 3:
+            raise ClusterConfigError(
+                f"ParameterServerStrategy needs at least 3 ranks (a coordinator, a ps and a "
+                f"worker), got {len(tasks)}: launch with e.g. `HPCDIST_NUM_PS=1 mpiexec -n 3`"
+            )
         seen: dict[tuple[str, int], int] = {}
         for rank, task in enumerate(tasks):
             if task in seen:

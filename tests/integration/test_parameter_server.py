@@ -57,7 +57,8 @@ MINIMAL = "tests/integration/scripts/ps_minimal.py"
     [
         (3, {}, "needs exactly one chief task"),
         (3, {"HPCDIST_NUM_PS": "2"}, "leaves no worker"),
-        (1, {}, "needs exactly one chief task"),
+        (1, {}, "needs at least 3 ranks"),
+        (2, {}, "needs at least 3 ranks"),
     ],
 )
 def test_bad_layouts_fail_on_every_rank(ranks, env, message):
