@@ -4,13 +4,16 @@ The cases live in ``scripts/ps_cases.py`` and run in one job (starting a job per
 cost seconds each); each case is reported here as its own test.
 """
 
+import json
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 import hpcdist as hd
-from tests.helpers import ROOT, clean_env, run_mpi
+from tests.helpers import ROOT, clean_env, mpiexec, run_mpi
 
 SCRIPT = "tests/integration/scripts/ps_cases.py"
 CASES = sorted(re.findall(r"^def case_(\w+)\(", (ROOT / SCRIPT).read_text(), re.M))
@@ -70,5 +73,21 @@ def test_bad_layouts_fail_on_every_rank(ranks, env, message):
 
 def test_layout_from_resolver_jobs():
     result = run_mpi(4, [MINIMAL, "jobs"], timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "coordinator ready: 1 ps, 2 workers" in result.stdout
+
+
+def test_layout_from_tf_config():
+    """Each rank's TF_CONFIG names its task (an MPMD launch): ps is rank 1, the chief rank 2."""
+    cluster = {"chief": ["h:1"], "ps": ["h:2"], "worker": ["h:3", "h:4"]}
+    tasks = [("worker", 1), ("ps", 0), ("chief", 0), ("worker", 0)]
+    command = [mpiexec()]
+    for i, (kind, index) in enumerate(tasks):
+        config = json.dumps({"cluster": cluster, "task": {"type": kind, "index": index}})
+        command += [":"] if i else []
+        command += ["-n", "1", "-env", "TF_CONFIG", config, sys.executable, MINIMAL, "tfconfig"]
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=60, env=clean_env(), cwd=ROOT
+    )
     assert result.returncode == 0, result.stderr
     assert "coordinator ready: 1 ps, 2 workers" in result.stdout

@@ -1,7 +1,7 @@
 """Construct a ParameterServerStrategy, print the layout on the coordinator, schedule one step.
 
 With argument ``jobs``: the layout comes from ``resolve(jobs={"chief": 1, "ps": 1, "worker":
-size - 2})`` instead of ``HPCDIST_NUM_PS``.
+size - 2})`` instead of ``HPCDIST_NUM_PS``; with ``tfconfig``, from each rank's ``TF_CONFIG``.
 """
 
 import sys
@@ -14,6 +14,8 @@ resolver = None
 if sys.argv[1:] == ["jobs"]:
     size = MPI.COMM_WORLD.Get_size()
     resolver = hd.cluster.resolve(jobs={"chief": 1, "ps": 1, "worker": size - 2})
+elif sys.argv[1:] == ["tfconfig"]:
+    resolver = hd.cluster.TFConfigClusterResolver()
 strategy = hd.ParameterServerStrategy(resolver)
 coordinator = hd.ClusterCoordinator(strategy)
 with strategy.scope():
