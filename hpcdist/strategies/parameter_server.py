@@ -215,6 +215,11 @@ class _Runtime:
                         f"worker {self.roles.workers.index(self.rank)}: an iterator read in the "
                         "scheduled function is exhausted (end of its dataset)"
                     ) from None
+                except SystemExit as exc:  # leaving would strand the coordinator: report it
+                    raise RuntimeError(
+                        f"a scheduled function called sys.exit({exc.code!r}) on worker "
+                        f"{self.roles.workers.index(self.rank)}; workers keep serving"
+                    ) from None
             reply = cloudpickle.dumps(("ok", _to_host(value), None))
         except Exception as exc:  # sent to the coordinator, raised there
             reply = cloudpickle.dumps(("error", _portable(exc), traceback.format_exc()))

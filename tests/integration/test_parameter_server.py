@@ -71,6 +71,18 @@ def test_bad_layouts_fail_on_every_rank(ranks, env, message):
     assert "coordinator ready" not in result.stdout
 
 
+def test_program_ending_with_queued_functions_exits_cleanly(tmp_path):
+    """At exit, queued functions are cancelled and running ones finish; every rank exits 0."""
+    log = tmp_path / "ran.log"
+    result = run_mpi(
+        4, [MINIMAL, "queued", str(log)], timeout=60, env=clean_env(HPCDIST_NUM_PS="1")
+    )
+    assert result.returncode == 0, result.stderr
+    assert "leaving with functions queued" in result.stdout
+    ran = len(log.read_text().splitlines()) if log.exists() else 0
+    assert ran < 200, "the queue was run to the end instead of cancelled"
+
+
 def test_layout_from_resolver_jobs():
     result = run_mpi(4, [MINIMAL, "jobs"], timeout=60)
     assert result.returncode == 0, result.stderr

@@ -245,6 +245,18 @@ def case_remote_value_argument_rejected():
     coordinator.join()
 
 
+def case_sys_exit_in_function_is_an_error_not_a_lost_worker():
+    def leave():
+        sys.exit(3)
+
+    raises(RuntimeError, coordinator.schedule(leave).fetch, match="sys.exit(3)")
+    raises(RuntimeError, coordinator.join)
+    check(coordinator.schedule(_normal_function).fetch() == 1)
+    results = [coordinator.schedule(lambda: strategy.extended.worker_index) for _ in range(6)]
+    coordinator.join()
+    check({rv.fetch() for rv in results} <= {0, 1})
+
+
 def case_unpicklable_function_rejected():
     lock = threading.Lock()
     raises(TypeError, coordinator.schedule, lambda: lock.locked(), match="cannot send")

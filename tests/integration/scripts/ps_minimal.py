@@ -2,6 +2,7 @@
 
 With argument ``jobs``: the layout comes from ``resolve(jobs={"chief": 1, "ps": 1, "worker":
 size - 2})`` instead of ``HPCDIST_NUM_PS``; with ``tfconfig``, from each rank's ``TF_CONFIG``.
+With ``queued LOG``, the program ends with 200 functions queued, each appending a line to LOG.
 """
 
 import sys
@@ -22,4 +23,17 @@ with strategy.scope():
     v = strategy.Variable(1.0)
 coordinator.schedule(lambda: v.assign_add(1.0)).fetch()
 assert float(v.numpy()) == 2.0
-print(f"coordinator ready: {strategy._num_ps} ps, {strategy._num_workers} workers")
+print(f"coordinator ready: {strategy._num_ps} ps, {strategy._num_workers} workers", flush=True)
+if sys.argv[1:2] == ["queued"]:  # end the program with work queued: cancelled, not waited for
+    import time
+
+    log = sys.argv[2]
+
+    def work():
+        time.sleep(0.05)
+        with open(log, "a") as f:
+            f.write("ran\n")
+
+    for _ in range(200):
+        coordinator.schedule(work)
+    print("leaving with functions queued", flush=True)
