@@ -23,12 +23,15 @@ __all__ = [
 ]
 
 
-def _shape_dtype(shape: Any, dtype: Any, axis: int) -> tuple[tuple[int, ...], int]:
+def _shape_dtype(
+    shape: Any, dtype: Any, axis: int, bytes_per_string: int
+) -> tuple[tuple[int, ...], int]:
+    """The shape as ints and the bytes per element (``bytes_per_string`` for strings)."""
     shape = tuple(int(d) for d in shape)
     if not 0 <= axis < len(shape):
         raise ValueError(f"cannot partition along axis {axis} a variable of shape {shape}")
     dtype = np.dtype(dtype)
-    return shape, 16 if dtype.kind in "OSU" else dtype.itemsize
+    return shape, bytes_per_string if dtype.kind in "OSU" else dtype.itemsize
 
 
 class Partitioner:
@@ -53,7 +56,7 @@ class FixedShardsPartitioner(Partitioner):
 
     def __call__(self, shape: Sequence[int], dtype: Any, axis: int = 0) -> list[int]:
         """``min(num_shards, shape[axis])`` along ``axis``."""
-        shape, _ = _shape_dtype(shape, dtype, axis)
+        shape, _ = _shape_dtype(shape, dtype, axis, 16)
         partitions = [1] * len(shape)
         partitions[axis] = min(self._num_shards, shape[axis])
         return partitions
@@ -83,9 +86,7 @@ class MinSizePartitioner(Partitioner):
 
     def __call__(self, shape: Sequence[int], dtype: Any, axis: int = 0) -> list[int]:
         """TF's ``min_max_variable_partitioner`` rule."""
-        shape, itemsize = _shape_dtype(shape, dtype, axis)
-        if np.dtype(dtype).kind in "OSU":
-            itemsize = self._bytes_per_string
+        shape, itemsize = _shape_dtype(shape, dtype, axis, self._bytes_per_string)
         total = math.prod(shape) * itemsize
         partitions = [1] * len(shape)
         wanted = math.ceil(total / self._min_shard_bytes)
@@ -118,9 +119,7 @@ class MaxSizePartitioner(Partitioner):
 
     def __call__(self, shape: Sequence[int], dtype: Any, axis: int = 0) -> list[int]:
         """TF's ``variable_axis_size_partitioner`` rule."""
-        shape, itemsize = _shape_dtype(shape, dtype, axis)
-        if np.dtype(dtype).kind in "OSU":
-            itemsize = self._bytes_per_string
+        shape, itemsize = _shape_dtype(shape, dtype, axis, self._bytes_per_string)
         partitions = [1] * len(shape)
         if shape[axis] == 0:
             return partitions

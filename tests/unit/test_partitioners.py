@@ -61,3 +61,9 @@ def test_validate_accepts_first_axis_splits():
 def test_validate_rejects_nonsense(answer):
     with pytest.raises(ValueError, match="partitioner"):
         validate_partitions(answer, (10, 4), "table")
+
+
+def test_string_elements_count_bytes_per_string():
+    assert P.MinSizePartitioner(64, max_shards=10, bytes_per_string=8)((20,), object) == [3]
+    assert P.MaxSizePartitioner(32, bytes_per_string=8)((20,), np.str_) == [5]
+    assert P.MaxSizePartitioner(32)((20,), object) == [10]  # 16 bytes per string by default
