@@ -265,8 +265,6 @@ class ClusterCoordinator:
         key = self._function_key(fn)
         try:
             blob = cloudpickle.dumps((args, kwargs))
-        except TypeError:
-            raise
         except Exception as exc:
             raise TypeError(f"cannot send the arguments of {fn!r} to the workers: {exc}") from exc
         return _Closure(key, blob, worker)

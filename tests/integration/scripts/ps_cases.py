@@ -259,7 +259,8 @@ def case_sys_exit_in_function_is_an_error_not_a_lost_worker():
 
 def case_unpicklable_function_rejected():
     lock = threading.Lock()
-    raises(TypeError, coordinator.schedule, lambda: lock.locked(), match="cannot send")
+    raises(TypeError, coordinator.schedule, lambda: lock.locked(), match="cannot send function")
+    raises(TypeError, coordinator.schedule, _normal_function, (lock,), match="the arguments")
 
 
 def case_coordinator_needs_ps_strategy():
