@@ -360,6 +360,13 @@ def case_segments_grow_while_workers_run():
 
     total, firsts = coordinator.schedule(read_all).fetch()
     check(total == float(np.arange(50_000).sum()) and firsts == [float(i) for i in range(40)])
+    # Both workers busy in functions while a new segment (a collective) is created: it waits
+    # for them to finish, then everybody has it.
+    busy = [coordinator.schedule(time.sleep, args=(0.3,)) for _ in range(2)]
+    late = variable(np.arange(30_000, dtype=np.float64))
+    check(all(rv.fetch() is None for rv in busy))
+    got = coordinator.schedule(lambda: float(late.numpy().sum())).fetch()
+    check(got == float(np.arange(30_000).sum()), f"late variable read {got}")
 
 
 def case_assign_and_read_from_workers():
