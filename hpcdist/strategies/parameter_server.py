@@ -40,6 +40,7 @@ from hpcdist.strategies.variables import (
     VariableSynchronization,
     _initial,
     _unique_name,
+    variable_options,
 )
 
 __all__ = ["ParameterServerStrategy", "runtime"]
@@ -365,16 +366,9 @@ class ParameterServerStrategy(Strategy):
                 "are created on the coordinator only (build models and call "
                 "optimizer.build(model.trainable_variables) before scheduling functions)"
             )
-        synchronization = VariableSynchronization(
-            synchronization if synchronization is not None else VariableSynchronization.AUTO
+        synchronization, aggregation, trainable = variable_options(
+            name, synchronization, aggregation, trainable
         )
-        aggregation = VariableAggregation(
-            aggregation if aggregation is not None else VariableAggregation.NONE
-        )
-        if synchronization is VariableSynchronization.NONE:
-            raise ValueError(f"synchronization NONE is not supported for variable {name!r}")
-        if trainable is None:
-            trainable = synchronization is not VariableSynchronization.ON_READ
         value = _initial(initial_value, dtype)
         name = _unique_name(name)
         mpi_datatype(value.dtype, name)

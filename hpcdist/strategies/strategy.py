@@ -129,20 +129,10 @@ class Strategy:
         Returns:
             `Variable` (single-copy strategies), `MirroredVariable` or `SyncOnReadVariable`.
         """
-        from hpcdist.strategies.variables import (
-            VariableAggregation,
-            VariableSynchronization,
-            create_variable,
-        )
+        from hpcdist.strategies.variables import create_variable
 
         return create_variable(
-            self,
-            initial_value,
-            name,
-            trainable,
-            synchronization if synchronization is not None else VariableSynchronization.AUTO,
-            aggregation if aggregation is not None else VariableAggregation.NONE,
-            dtype,
+            self, initial_value, name, trainable, synchronization, aggregation, dtype
         )
 
     # -- scope and contexts ---------------------------------------------------------------------

@@ -426,23 +426,43 @@ def _initial(initial_value: Any, dtype: Any) -> np.ndarray:
     return np.array(value, dtype=dtype, copy=True)
 
 
-def create_variable(
-    strategy: Strategy,
-    initial_value: Any,
-    name: str | None = None,
-    trainable: bool | None = None,
-    synchronization: VariableSynchronization = VariableSynchronization.AUTO,
-    aggregation: VariableAggregation = VariableAggregation.NONE,
-    dtype: Any = None,
-) -> Variable:
-    """Create a variable for ``strategy`` (see `Strategy.Variable`)."""
-    synchronization = VariableSynchronization(synchronization)
-    aggregation = VariableAggregation(aggregation)
+def variable_options(
+    name: str | None, synchronization: Any, aggregation: Any, trainable: bool | None
+) -> tuple[VariableSynchronization, VariableAggregation, bool]:
+    """Parse a strategy variable's options (None means AUTO, NONE, and ``not ON_READ``).
+
+    Raises:
+        ValueError: Synchronization NONE (not supported under a strategy).
+    """
+    synchronization = VariableSynchronization(
+        synchronization if synchronization is not None else VariableSynchronization.AUTO
+    )
+    aggregation = VariableAggregation(
+        aggregation if aggregation is not None else VariableAggregation.NONE
+    )
     if synchronization is VariableSynchronization.NONE:
         raise ValueError(
             f"synchronization NONE is not supported for variable {name!r} under a strategy; "
             "use ON_WRITE (default) or ON_READ"
         )
+    if trainable is None:
+        trainable = synchronization is not VariableSynchronization.ON_READ
+    return synchronization, aggregation, trainable
+
+
+def create_variable(
+    strategy: Strategy,
+    initial_value: Any,
+    name: str | None = None,
+    trainable: bool | None = None,
+    synchronization: Any = None,
+    aggregation: Any = None,
+    dtype: Any = None,
+) -> Variable:
+    """Create a variable for ``strategy`` (see `Strategy.Variable`)."""
+    synchronization, aggregation, trainable = variable_options(
+        name, synchronization, aggregation, trainable
+    )
     value = _initial(initial_value, dtype)
     if aggregation is VariableAggregation.MEAN and value.dtype.kind not in "fc":
         raise ValueError(
@@ -453,8 +473,6 @@ def create_variable(
     if comm is not None:  # every rank starts from the chief's value
         value = np.asarray(comm.broadcast(value, root=0))
     on_read = synchronization is VariableSynchronization.ON_READ
-    if trainable is None:
-        trainable = not on_read
     if strategy.single_copy_variables:
         return Variable(value, name, trainable, None, synchronization, aggregation)
     cls = SyncOnReadVariable if on_read else MirroredVariable
