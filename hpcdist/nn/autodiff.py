@@ -224,9 +224,9 @@ class IndexedSlices:
 
     def deduplicate(self) -> IndexedSlices:
         """Sorted unique indices with the rows of repeated ones summed."""
-        unique, inverse = np.unique(self.indices, return_inverse=True)
-        values = np.zeros((len(unique), *self.values.shape[1:]), self.values.dtype)
-        np.add.at(values, inverse, self.values)
+        from hpcdist._rows import sum_rows
+
+        unique, values = sum_rows(self.indices, self.values)
         return IndexedSlices(values, unique, self.dense_shape)
 
     def numpy(self) -> np.ndarray:

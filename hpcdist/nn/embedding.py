@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from hpcdist._rows import unique_inverse
 from hpcdist.nn import ops
 from hpcdist.nn.autodiff import RowsOf, Tensor, _state, recording
 
@@ -30,7 +31,7 @@ def embedding_lookup(params: Any, ids: Any) -> Tensor:
         return ops.gather(params, ids)
     if ids.dtype.kind not in "iu":
         raise TypeError(f"embedding_lookup needs integer ids, got dtype {ids.dtype}")
-    unique, inverse = np.unique(ids.reshape(-1), return_inverse=True)
+    unique, inverse = unique_inverse(ids.reshape(-1))
     rows = params.sparse_read(unique)
     watched = recording() and any(t._watches(params) for t in _state.tapes)
     leaf = Tensor(rows, source=RowsOf(params, unique)) if watched else Tensor(rows)

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from hpcdist._rows import sum_rows, unique_inverse
 from hpcdist.strategies.ps_store import RmaStorage
 from hpcdist.strategies.variables import Variable, VariableAggregation, VariableSynchronization
 
@@ -44,42 +45,6 @@ def _flat(ids: np.ndarray, rows: Any, dtype: np.dtype, trailing: tuple[int, ...]
     return flat, rows.reshape(len(flat), *trailing)
 
 
-def _sorted_groups(flat: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Sort ``flat`` and find its runs of equal ids.
-
-    Returns:
-        ``order`` sorting ``flat``, ``keep`` marking the first entry of each run in sorted
-        order, and ``group``, the index of each sorted entry among the unique ids.
-    """
-    order = np.argsort(flat, kind="stable")
-    ids = flat[order]
-    keep = np.empty(len(ids), bool)
-    keep[:1] = True
-    np.not_equal(ids[1:], ids[:-1], out=keep[1:])
-    return order, keep, np.cumsum(keep) - 1
-
-
-def _unique_inverse(flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(flat, return_inverse=True)``, faster for short id lists."""
-    order, keep, group = _sorted_groups(flat)
-    inverse = np.empty(len(flat), np.int64)
-    inverse[order] = group
-    return flat[order][keep], inverse
-
-
-def _summed(flat: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted unique ids and the sum of the rows given for each."""
-    if len(flat) < 2 or np.all(flat[:-1] < flat[1:]):
-        return flat, rows
-    order, keep, group = _sorted_groups(flat)
-    first = order[keep]
-    summed = rows[first]
-    extra = np.flatnonzero(~keep)
-    if len(extra):  # repeated ids: few in practice, added row by row
-        np.add.at(summed, group[extra], rows[order[extra]])
-    return flat[first], summed
-
-
 def _last(flat: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Unique sorted ids and, for each, the last row given (scatter_update's rule)."""
     reverse = flat[::-1]
@@ -89,7 +54,7 @@ def _last(flat: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _read_rows(storages: list[RmaStorage], bounds: np.ndarray, ids: np.ndarray, trailing, dtype):
     """Rows ``ids`` (any shape) of a table split at ``bounds``: each distinct row read once."""
-    unique, inverse = _unique_inverse(ids.reshape(-1))
+    unique, inverse = unique_inverse(ids.reshape(-1))
     rows = np.empty((len(unique), *trailing), dtype)
     cuts = np.searchsorted(unique, bounds)
     for s, storage in enumerate(storages):
@@ -183,7 +148,7 @@ class PSVariable(Variable):
     def scatter_add(self, ids: Any, rows: Any) -> None:
         """Add ``rows`` into rows ``ids`` (duplicates add up); only those rows move."""
         ids = _ids(ids, self.shape[0], self.name)
-        unique, summed = _summed(*_flat(ids, rows, self.dtype, self.shape[1:]))
+        unique, summed = sum_rows(*_flat(ids, rows, self.dtype, self.shape[1:]))
         _write_rows(*self._table(), unique, summed, add=True)
 
     def scatter_update(self, ids: Any, rows: Any) -> None:
