@@ -30,6 +30,23 @@ from hpcdist.strategies import context
 __all__ = ["Model", "Sequential"]
 
 
+def with_batch_rows(dataset: Dataset, y: Any = None) -> Dataset:
+    """A dataset of batches ``(x, y)`` or ``x`` as ``(x, y, rows)``: each row's batch size.
+
+    Raises:
+        ValueError: ``y`` is given (a dataset carries its targets).
+    """
+    if y is not None:
+        raise ValueError("y must be None when x is a Dataset (yield (x, y) pairs)")
+    return dataset.map(_add_rows)
+
+
+def _add_rows(*element: Any) -> tuple[Any, Any, np.ndarray]:
+    parts = element if len(element) > 1 else (element[0], None)
+    rows = np.shape(flatten(parts[0])[0])[0]
+    return (*parts[:2], np.full(rows, rows, np.int64))
+
+
 class Model(Layer):
     """A layer made of layers; subclass it and implement ``call(inputs, training)``.
 
@@ -160,15 +177,7 @@ class Model(Layer):
     ) -> Dataset:
         """A dataset of global batches ``(x, y, global_rows)``."""
         if isinstance(x, Dataset):
-            if y is not None:
-                raise ValueError("y must be None when x is a Dataset (yield (x, y) pairs)")
-
-            def with_size(*element: Any) -> Any:
-                parts = element if len(element) > 1 else (element[0], None)
-                rows = np.shape(flatten(parts[0])[0])[0]
-                return (*parts[:2], np.full(rows, rows, np.int64))
-
-            return x.map(with_size)
+            return with_batch_rows(x, y)
         x = np.asarray(x)
         y = None if y is None else np.asarray(y)
         if y is not None and len(y) != len(x):

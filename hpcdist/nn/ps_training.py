@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from hpcdist.data.dataset import INFINITE, Dataset
-from hpcdist.data.nest import flatten
+from hpcdist.nn.models import with_batch_rows
 
 __all__ = ["ParameterServerFit"]
 
@@ -25,13 +25,7 @@ def _worker_batches(x: Any, y: Any, batch_size: int, shuffle: bool, seed: int, c
     """This worker's endless batches ``(x, y, rows)``."""
     n, i = ctx.num_input_pipelines, ctx.input_pipeline_id
     if isinstance(x, Dataset):
-
-        def with_rows(*element: Any) -> Any:
-            parts = element if len(element) > 1 else (element[0], None)
-            rows = np.shape(flatten(parts[0])[0])[0]
-            return (*parts[:2], np.full(rows, rows, np.int64))
-
-        return x.shard(n, i).repeat().map(with_rows)
+        return with_batch_rows(x.shard(n, i).repeat(), y)
     xs = np.asarray(x)[i::n]
     ys = None if y is None else np.asarray(y)[i::n]
     if len(xs) == 0:

@@ -524,6 +524,10 @@ def case_fit_requires_steps_per_epoch_and_trains():
     check(losses[-1] < 0.1 * losses[0], f"loss did not fall: {losses}")
     local = model.evaluate(x, y, batch_size=128)
     check(float(local) < 0.1 * losses[0], f"evaluate on the coordinator: {local}")
+    data = hd.data.Dataset.from_tensor_slices((x, y)).batch(32)  # a dataset: sharded per worker
+    more = model.fit(data, epochs=1, steps_per_epoch=10, verbose=0).history["loss"]
+    check(more[0] < 0.1 * losses[0], f"fit on a dataset: {more}")
+    raises(ValueError, lambda: model.fit(data, y, steps_per_epoch=2), match="y must be None")
 
 
 def case_checkpoint_restores_into_other_shard_count():
