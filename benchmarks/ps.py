@@ -98,6 +98,19 @@ def dense_micro(variables):
     return out
 
 
+def raw_rows(shard, local, data, kind):
+    """Raw mpi4py: ``Get`` or ``Accumulate(SUM)`` rows ``local`` of one shard, one indexed type."""
+    st = shard._storage[0]
+    win, target = st._win, st._target
+    dtype = MPI.FLOAT.Create_indexed_block(WIDTH, (local * WIDTH).tolist()).Commit()
+    if kind == "get":
+        win.Get(data, target, (st.offset, 1, dtype))
+    else:
+        win.Accumulate(data, target, (st.offset, 1, dtype), op=MPI.SUM)
+    win.Flush(target)
+    dtype.Free()
+
+
 def sparse_micro(table, seed):
     """Worker side: sparse_read / scatter_add of 512 ids against raw indexed Get/Accumulate."""
     rng = np.random.default_rng(seed)
@@ -118,15 +131,7 @@ def sparse_micro(table, seed):
         per_shard = prepared[state["i"] % len(prepared)]
         state["i"] += 1
         for shard, local, data in per_shard:
-            st = shard._storage[0]
-            win, target = st._win, st._target
-            dtype = MPI.FLOAT.Create_indexed_block(WIDTH, (local * WIDTH).tolist()).Commit()
-            if kind == "get":
-                win.Get(data, target, (st.offset, 1, dtype))
-            else:
-                win.Accumulate(data, target, (st.offset, 1, dtype), op=MPI.SUM)
-            win.Flush(target)
-            dtype.Free()
+            raw_rows(shard, local, data, kind)
 
     def raw_complete(kind):
         """What a hand-written caller must do with raw ids: deduplicate, split, then RMA."""
@@ -141,19 +146,7 @@ def sparse_micro(table, seed):
         cuts = np.searchsorted(unique, bounds)
         for s, shard in enumerate(table.variables):
             lo, hi = cuts[s], cuts[s + 1]
-            st = shard._storage[0]
-            win, target = st._win, st._target
-            local = (unique[lo:hi] - bounds[s]) * WIDTH
-            dtype = MPI.FLOAT.Create_indexed_block(WIDTH, local.tolist()).Commit()
-            part = np.ascontiguousarray(data[lo:hi])
-            if kind == "get":
-                win.Get(part, target, (st.offset, 1, dtype))
-            else:
-                win.Accumulate(part, target, (st.offset, 1, dtype), op=MPI.SUM)
-            win.Flush(target)
-            dtype.Free()
-            if kind == "get":
-                data[lo:hi] = part
+            raw_rows(shard, unique[lo:hi] - bounds[s], data[lo:hi], kind)  # rows: views
         return data[inverse] if kind == "get" else None
 
     def hd_read():
