@@ -403,7 +403,7 @@ class ClusterCoordinator:
         sent = self._sent[worker]
         blob = None if closure.key in sent else self._blobs[closure.key]
         sent.add(closure.key)
-        message = ("run", id(closure), closure.key, blob, closure.args)
+        message = ("run", closure.key, blob, closure.args)
         with self._rt.send_lock:
             self._rt.ctrl.send(message, dest=worker, tag=TAG_COMMAND)
 

@@ -199,7 +199,7 @@ class _Runtime:
                 break
         self._close()
 
-    def _run(self, cid: int, key: int, blob: bytes | None, args_blob: bytes) -> None:
+    def _run(self, key: int, blob: bytes | None, args_blob: bytes) -> None:
         """Run one scheduled function and send back ``("ok", value)`` or ``("error", exc)``."""
         import cloudpickle
 
