@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from hpcdist._xp import to_numpy
 from hpcdist.checkpoint.format import CheckpointError, read_arrays, write_arrays
 from hpcdist.log import get_logger
 from hpcdist.strategies import context
@@ -167,9 +168,9 @@ class Checkpoint:
     def _snapshot(self, copy: bool) -> dict[str, np.ndarray]:
         """Current values; without ``copy`` they may be the variables' own arrays (write now)."""
         arrays = {
-            path: np.array(var._value(), copy=True)
+            path: np.array(to_numpy(var._value()), copy=True)
             if copy
-            else getattr(var, "checkpoint_slices", None) or np.asarray(var._value())
+            else getattr(var, "checkpoint_slices", None) or to_numpy(var._value())
             for path, var in self._variables().items()
         }
         for name, obj in self._trackables.items():

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from hpcdist._xp import array_module, as_array_like, is_device_array, scatter_add, to_numpy
+
 __all__ = [
     "GradientTape",
     "IndexedSlices",
@@ -60,7 +62,9 @@ class Tensor:
         backward: Callable[[np.ndarray], Sequence[np.ndarray | None]] | None = None,
         source: Any = None,
     ) -> None:
-        self.value = value if isinstance(value, np.ndarray) else np.asarray(value)
+        self.value = (
+            value if isinstance(value, np.ndarray) or is_device_array(value) else np.asarray(value)
+        )
         self.parents = parents
         self.backward = backward
         self.source = source
@@ -69,11 +73,12 @@ class Tensor:
     # -- array protocol -----------------------------------------------------------------------
 
     def numpy(self) -> np.ndarray:
-        """The value (not a copy)."""
-        return self.value
+        """The value on the host (not a copy for numpy values; copied from a GPU)."""
+        return to_numpy(self.value)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        return self.value if dtype is None else self.value.astype(dtype)
+        value = to_numpy(self.value)
+        return value if dtype is None else value.astype(dtype)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -170,22 +175,22 @@ class Tensor:
     __hash__ = object.__hash__
 
     def __eq__(self, other: object) -> np.ndarray:  # type: ignore[override]
-        return self.value == np.asarray(other)
+        return self.value == _operand(other, self.value)
 
     def __ne__(self, other: object) -> np.ndarray:  # type: ignore[override]
-        return self.value != np.asarray(other)
+        return self.value != _operand(other, self.value)
 
     def __lt__(self, other: Any) -> np.ndarray:
-        return self.value < np.asarray(other)
+        return self.value < _operand(other, self.value)
 
     def __le__(self, other: Any) -> np.ndarray:
-        return self.value <= np.asarray(other)
+        return self.value <= _operand(other, self.value)
 
     def __gt__(self, other: Any) -> np.ndarray:
-        return self.value > np.asarray(other)
+        return self.value > _operand(other, self.value)
 
     def __ge__(self, other: Any) -> np.ndarray:
-        return self.value >= np.asarray(other)
+        return self.value >= _operand(other, self.value)
 
     def sum(self, axis: Any = None, keepdims: bool = False) -> Tensor:
         """Sum (recorded)."""
@@ -213,8 +218,8 @@ class IndexedSlices:
     """
 
     def __init__(self, values: np.ndarray, indices: np.ndarray, dense_shape: tuple[int, ...]):
-        self.values = np.asarray(values)
-        self.indices = np.asarray(indices, np.int64)
+        self.values = values if is_device_array(values) else np.asarray(values)
+        self.indices = as_array_like(indices, self.values, np.int64)
         self.dense_shape = tuple(dense_shape)
 
     @property
@@ -229,11 +234,15 @@ class IndexedSlices:
         unique, values = sum_rows(self.indices, self.values)
         return IndexedSlices(values, unique, self.dense_shape)
 
-    def numpy(self) -> np.ndarray:
-        """The dense array."""
-        out = np.zeros(self.dense_shape, self.values.dtype)
-        np.add.at(out, self.indices, self.values)
+    def dense(self) -> Any:
+        """The dense array, in the array module of the values."""
+        out = array_module(self.values).zeros(self.dense_shape, self.values.dtype)
+        scatter_add(out, self.indices, self.values)
         return out
+
+    def numpy(self) -> np.ndarray:
+        """The dense array on the host."""
+        return to_numpy(self.dense())
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         out = self.numpy()
@@ -252,8 +261,17 @@ class RowsOf:
         self.variable, self.ids = variable, ids
 
 
+def _operand(other: Any, like: Any) -> Any:
+    """The other side of a comparison, in ``like``'s array module."""
+    if isinstance(other, Tensor):
+        other = other.value
+    return as_array_like(other, like)
+
+
 def constant(value: Any, dtype: Any = None) -> Tensor:
     """A tensor that records nothing."""
+    if is_device_array(value):
+        return Tensor(value if dtype is None else value.astype(dtype))
     return Tensor(np.asarray(value, dtype=dtype))
 
 
@@ -268,7 +286,7 @@ def as_tensor(x: Any) -> Tensor:
         if recording() and any(t._watches(x) for t in _state.tapes):
             return Tensor(value, source=x)
         return Tensor(value)
-    return Tensor(np.asarray(x))
+    return Tensor(x if is_device_array(x) else np.asarray(x))
 
 
 def record(
@@ -351,9 +369,9 @@ class GradientTape:
             grads = [None] * len(source_list)
             return grads[0] if single else grads
         seed = (
-            np.ones_like(target.value)
+            array_module(target.value).ones_like(target.value)
             if output_gradients is None
-            else np.asarray(output_gradients, dtype=target.value.dtype)
+            else as_array_like(output_gradients, target.value, target.value.dtype)
         )
         by_tensor, sparse = _backpropagate(target, seed)
         out = []
@@ -362,12 +380,13 @@ class GradientTape:
             grad = by_tensor.get(key)
             pieces = sparse.get(id(s))
             if pieces:
+                xp = array_module(pieces[0][1])
                 rows = IndexedSlices(
-                    np.concatenate([g for _, g in pieces]),
-                    np.concatenate([i for i, _ in pieces]),
+                    xp.concatenate([g for _, g in pieces]),
+                    xp.concatenate([as_array_like(i, pieces[0][1]) for i, _ in pieces]),
                     tuple(s.shape),
                 )
-                grad = rows if grad is None else grad + rows.numpy()
+                grad = rows if grad is None else grad + rows.dense()
             out.append(grad)
         return out[0] if single else out
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from hpcdist._xp import to_numpy
 from hpcdist.nn import initializers, ops, regularizers
 from hpcdist.nn.autodiff import Tensor, as_tensor
 from hpcdist.strategies import context
@@ -306,7 +307,7 @@ class Embedding(Layer):
         Raises:
             ValueError: An id is outside ``[0, input_dim)``.
         """
-        ids = np.asarray(inputs.value if isinstance(inputs, Tensor) else inputs)
+        ids = to_numpy(inputs.value if isinstance(inputs, Tensor) else inputs)
         if ids.size and (ids.min() < 0 or ids.max() >= self.input_dim):
             raise ValueError(
                 f"{self.name}: ids must be in [0, {self.input_dim}), got min {ids.min()} "

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from hpcdist._xp import array_module, as_array_like
 from hpcdist.nn import ops
 from hpcdist.nn.autodiff import Tensor, as_tensor
 
@@ -51,10 +52,13 @@ class Loss:
 
     def __call__(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> Tensor:
         """Reduced (or per-example, with ``"none"``) loss."""
-        y_true = np.asarray(y_true.value if isinstance(y_true, Tensor) else y_true)
-        losses = self.per_example(y_true, as_tensor(y_pred))
+        y_pred = as_tensor(y_pred)
+        # Targets join the predictions' array module (a host batch moves to the GPU here).
+        y_true = as_array_like(y_true.value if isinstance(y_true, Tensor) else y_true, y_pred.value)
+        losses = self.per_example(y_true, y_pred)
         if sample_weight is not None:
-            losses = ops.multiply(losses, np.asarray(sample_weight, dtype=losses.dtype))
+            weights = as_array_like(sample_weight, losses.value, losses.dtype)
+            losses = ops.multiply(losses, weights)
         if self.reduction == "none":
             return losses
         total = ops.reduce_sum(losses)
@@ -137,7 +141,8 @@ class SparseCategoricalCrossentropy(CategoricalCrossentropy):
                 f"labels must be in [0, {classes}), got {labels.min()}..{labels.max()}"
             )
         log_probs = self._log_probs(y_pred)
-        return ops.negative(ops.getitem(log_probs, (np.arange(labels.size), labels)))
+        rows = array_module(labels).arange(labels.size)
+        return ops.negative(ops.getitem(log_probs, (rows, labels)))
 
 
 _BY_NAME = {

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from hpcdist._xp import to_numpy
 from hpcdist.nn.autodiff import Tensor
 from hpcdist.strategies import context
 from hpcdist.strategies.variables import VariableAggregation, VariableSynchronization
@@ -28,7 +29,8 @@ __all__ = [
 
 
 def _array(x: Any) -> np.ndarray:
-    return np.asarray(x.value if isinstance(x, Tensor) else x)
+    """Metrics accumulate on the host: device values are copied back here."""
+    return to_numpy(x.value if isinstance(x, Tensor) else x)
 
 
 class Metric:
@@ -55,7 +57,9 @@ class Metric:
     def _accumulate(self, values: np.ndarray, sample_weight: Any) -> None:
         values = values.astype(np.float64).reshape(-1)
         if sample_weight is not None:
-            w = np.broadcast_to(np.asarray(sample_weight, np.float64).reshape(-1), values.shape)
+            w = np.broadcast_to(
+                to_numpy(sample_weight).astype(np.float64).reshape(-1), values.shape
+            )
             self.total.assign_add(float((values * w).sum()), read_value=False)
             self.count.assign_add(float(w.sum()), read_value=False)
         else:

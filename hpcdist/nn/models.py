@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from hpcdist._xp import to_numpy
 from hpcdist.data.dataset import Dataset
 from hpcdist.data.nest import flatten
 from hpcdist.nn import losses as losses_mod
@@ -159,7 +160,7 @@ class Model(Layer):
     def _update_metrics(self, y: Any, y_pred: Tensor, per_example: Tensor, reg: Any) -> None:
         values = per_example.value.astype(np.float64)
         if reg is not None:
-            values = values + float(np.asarray(reg.value if isinstance(reg, Tensor) else reg))
+            values = values + float(to_numpy(reg.value if isinstance(reg, Tensor) else reg))
         self._loss_tracker.update_state(values)
         for metric in self.compiled_metrics:
             metric.update_state(y, y_pred)

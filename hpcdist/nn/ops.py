@@ -1,4 +1,8 @@
-"""Differentiable operations on `Tensor` (numpy forward, hand-written backward)."""
+"""Differentiable operations on `Tensor` (numpy or CuPy forward, hand-written backward).
+
+Each operation computes in the array module of its inputs (`hpcdist._xp.array_module`); a
+host operand meeting a device one is moved to the device first.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from hpcdist._xp import array_module, as_array_like, is_device_array, scatter_add
 from hpcdist.nn.autodiff import Tensor, as_tensor, record, unbroadcast
 
 __all__ = [
@@ -37,7 +42,24 @@ __all__ = [
 
 
 def _binary(a: Any, b: Any) -> tuple[Tensor, Tensor]:
-    return as_tensor(a), as_tensor(b)
+    a, b = as_tensor(a), as_tensor(b)
+    if type(a.value) is not type(b.value):  # numpy meets CuPy: compute on the device
+        if is_device_array(a.value) and not is_device_array(b.value):
+            b = Tensor(as_array_like(b.value, a.value), b.parents, b.backward, b.source)
+        elif is_device_array(b.value) and not is_device_array(a.value):
+            a = Tensor(as_array_like(a.value, b.value), a.parents, a.backward, a.source)
+    return a, b
+
+
+def _index_like(index: Any, like: Any) -> Any:
+    """``index`` with its integer arrays in the array module of ``like``."""
+    if not is_device_array(like):
+        return index
+    if isinstance(index, tuple):
+        return tuple(_index_like(i, like) for i in index)
+    if isinstance(index, (list, np.ndarray)):
+        return as_array_like(index, like)
+    return index
 
 
 def cast(a: Any, dtype: Any) -> Tensor:
@@ -110,42 +132,44 @@ def square(a: Any) -> Tensor:
 def sqrt(a: Any) -> Tensor:
     """Square root."""
     a = as_tensor(a)
-    out = np.sqrt(a.value)
+    out = array_module(a.value).sqrt(a.value)
     return record(out, (a,), lambda g: (g / (2 * out),))
 
 
 def exp(a: Any) -> Tensor:
     """Exponential."""
     a = as_tensor(a)
-    out = np.exp(a.value)
+    out = array_module(a.value).exp(a.value)
     return record(out, (a,), lambda g: (g * out,))
 
 
 def log(a: Any) -> Tensor:
     """Natural logarithm."""
     a = as_tensor(a)
-    return record(np.log(a.value), (a,), lambda g: (g / a.value,))
+    return record(array_module(a.value).log(a.value), (a,), lambda g: (g / a.value,))
 
 
 def tanh(a: Any) -> Tensor:
     """Hyperbolic tangent."""
     a = as_tensor(a)
-    out = np.tanh(a.value)
+    out = array_module(a.value).tanh(a.value)
     return record(out, (a,), lambda g: (g * (1 - out * out),))
 
 
 def sigmoid(a: Any) -> Tensor:
     """Logistic sigmoid (numerically stable)."""
     a = as_tensor(a)
-    out = np.exp(-np.logaddexp(0, -a.value)).astype(a.dtype, copy=False)
+    xp = array_module(a.value)
+    out = xp.exp(-xp.logaddexp(0, -a.value)).astype(a.dtype, copy=False)
     return record(out, (a,), lambda g: (g * out * (1 - out),))
 
 
 def softplus(a: Any) -> Tensor:
     """``log(1 + exp(a))`` (numerically stable)."""
     a = as_tensor(a)
-    out = np.logaddexp(0, a.value).astype(a.dtype, copy=False)
-    sig = np.exp(-np.logaddexp(0, -a.value))
+    xp = array_module(a.value)
+    out = xp.logaddexp(0, a.value).astype(a.dtype, copy=False)
+    sig = xp.exp(-xp.logaddexp(0, -a.value))
     return record(out, (a,), lambda g: (g * sig,))
 
 
@@ -161,7 +185,7 @@ def maximum(a: Any, b: Any) -> Tensor:
     a, b = _binary(a, b)
     mask = a.value >= b.value
     return record(
-        np.where(mask, a.value, b.value),
+        array_module(a.value).where(mask, a.value, b.value),
         (a, b),
         lambda g: (unbroadcast(g * mask, a.shape), unbroadcast(g * ~mask, b.shape)),
     )
@@ -170,29 +194,31 @@ def maximum(a: Any, b: Any) -> Tensor:
 def matmul(a: Any, b: Any) -> Tensor:
     """Matrix product of 2-D (or batched) arrays."""
     a, b = _binary(a, b)
+    xp = array_module(a.value)
 
     def backward(g: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
         # Skip the product for an operand that needs no gradient (a layer's input data).
-        ga = unbroadcast(g @ np.swapaxes(b.value, -1, -2), a.shape) if a.trace else None
-        gb = unbroadcast(np.swapaxes(a.value, -1, -2) @ g, b.shape) if b.trace else None
+        ga = unbroadcast(g @ xp.swapaxes(b.value, -1, -2), a.shape) if a.trace else None
+        gb = unbroadcast(xp.swapaxes(a.value, -1, -2) @ g, b.shape) if b.trace else None
         return ga, gb
 
     return record(a.value @ b.value, (a, b), backward)
 
 
 def _expand(g: np.ndarray, shape: tuple[int, ...], axis: Any, keepdims: bool) -> np.ndarray:
+    xp = array_module(g)
     if axis is not None and not keepdims:
         axes = (axis,) if isinstance(axis, int) else tuple(axis)
         axes = tuple(ax % len(shape) for ax in axes)
-        g = np.expand_dims(g, axes)
-    return np.broadcast_to(g, shape)
+        g = xp.expand_dims(g, axes)
+    return xp.broadcast_to(g, shape)
 
 
 def reduce_sum(a: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
     """Sum over ``axis`` (all axes by default)."""
     a = as_tensor(a)
     return record(
-        np.sum(a.value, axis=axis, keepdims=keepdims),
+        a.value.sum(axis=axis, keepdims=keepdims),
         (a,),
         lambda g: (_expand(g, a.shape, axis, keepdims).copy(),),
     )
@@ -201,8 +227,8 @@ def reduce_sum(a: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
 def reduce_mean(a: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
     """Mean over ``axis`` (all axes by default)."""
     a = as_tensor(a)
-    out = np.mean(a.value, axis=axis, keepdims=keepdims)
-    count = a.value.size // max(np.size(out), 1) if a.value.size else 1
+    out = array_module(a.value).mean(a.value, axis=axis, keepdims=keepdims)
+    count = a.value.size // max(out.size, 1) if a.value.size else 1
     return record(out, (a,), lambda g: (_expand(g, a.shape, axis, keepdims) / count,))
 
 
@@ -215,10 +241,11 @@ def reshape(a: Any, shape: Any) -> Tensor:
 def getitem(a: Any, index: Any) -> Tensor:
     """``a[index]`` (basic and integer-array indexing)."""
     a = as_tensor(a)
+    index = _index_like(index, a.value)
 
     def backward(g: np.ndarray) -> tuple[np.ndarray]:
-        out = np.zeros_like(a.value)
-        np.add.at(out, index, g)
+        out = array_module(a.value).zeros_like(a.value)
+        scatter_add(out, index, g)
         return (out,)
 
     return record(a.value[index], (a,), backward)
@@ -227,13 +254,13 @@ def getitem(a: Any, index: Any) -> Tensor:
 def gather(params: Any, ids: Any) -> Tensor:
     """Rows of ``params`` at integer ``ids`` (any shape); the gradient is scattered back."""
     params = as_tensor(params)
-    ids = np.asarray(ids.value if isinstance(ids, Tensor) else ids)
+    ids = as_array_like(ids.value if isinstance(ids, Tensor) else ids, params.value)
     if ids.dtype.kind not in "iu":
         raise TypeError(f"gather needs integer ids, got dtype {ids.dtype}")
 
     def backward(g: np.ndarray) -> tuple[np.ndarray]:
-        out = np.zeros_like(params.value)
-        np.add.at(out, ids.reshape(-1), g.reshape(-1, *params.shape[1:]))
+        out = array_module(params.value).zeros_like(params.value)
+        scatter_add(out, ids.reshape(-1), g.reshape(-1, *params.shape[1:]))
         return (out,)
 
     return record(params.value[ids], (params,), backward)
@@ -242,15 +269,16 @@ def gather(params: Any, ids: Any) -> Tensor:
 def log_softmax(a: Any, axis: int = -1) -> Tensor:
     """``log(softmax(a))`` computed stably."""
     a = as_tensor(a)
+    xp = array_module(a.value)
     shifted = a.value - a.value.max(axis=axis, keepdims=True)
-    out = shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
-    soft = np.exp(out)
+    out = shifted - xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True))
+    soft = xp.exp(out)
     return record(out, (a,), lambda g: (g - soft * g.sum(axis=axis, keepdims=True),))
 
 
 def softmax(a: Any, axis: int = -1) -> Tensor:
     """Softmax along ``axis``."""
     a = as_tensor(a)
-    shifted = np.exp(a.value - a.value.max(axis=axis, keepdims=True))
+    shifted = array_module(a.value).exp(a.value - a.value.max(axis=axis, keepdims=True))
     out = shifted / shifted.sum(axis=axis, keepdims=True)
     return record(out, (a,), lambda g: (out * (g - (g * out).sum(axis=axis, keepdims=True)),))

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from hpcdist._xp import array_module, as_array
 from hpcdist.comm.ops import ReduceOp
 from hpcdist.nn.autodiff import IndexedSlices, Tensor
 from hpcdist.strategies import context
@@ -203,8 +204,17 @@ class Optimizer:
 
 def _dense(grad: Any) -> np.ndarray:
     if isinstance(grad, Tensor):
-        return np.asarray(grad.value)
-    return np.asarray(grad)
+        return as_array(grad.value)
+    return as_array(grad)
+
+
+def _read(var: Any) -> Any:
+    """A variable's or slot's value where it lives (a CuPy array stays on its GPU).
+
+    The update rules compute new arrays from it before assigning, so no copy is needed.
+    """
+    read = getattr(var, "_value", None)
+    return read() if read is not None else var.numpy()
 
 
 class _Rows:
@@ -234,7 +244,7 @@ def _distributed_apply(strategy: Any, optimizer: Optimizer, grads: Any, variable
     else:
         partials = list(grads)
     reduced = strategy.extended.batch_reduce_to(ReduceOp.SUM, [(p, None) for p in partials])
-    optimizer._apply(list(zip([np.asarray(r) for r in reduced], variables, strict=True)))
+    optimizer._apply(list(zip([as_array(r) for r in reduced], variables, strict=True)))
 
 
 class SGD(Optimizer):
@@ -263,7 +273,7 @@ class SGD(Optimizer):
         if not self.momentum:
             return -lr * grad
         velocity = self.slot(var, "momentum")
-        new_v = self.momentum * velocity.numpy() - lr * grad
+        new_v = self.momentum * _read(velocity) - lr * grad
         velocity.assign(new_v, read_value=False)
         return self.momentum * new_v - lr * grad if self.nesterov else new_v
 
@@ -289,13 +299,13 @@ class Adam(Optimizer):
         m, v = self.slot(var, "m"), self.slot(var, "v")
         # Read each slot once: under asynchronous training (parameter servers) two reads can
         # see two values, and v_1 + (g^2 - v_2)(1 - beta_2) can be negative.
-        old_m, old_v = m.numpy(), v.numpy()
+        old_m, old_v = _read(m), _read(v)
         new_m = old_m + (grad - old_m) * (1 - self.beta_1)
         new_v = old_v + (grad * grad - old_v) * (1 - self.beta_2)
         m.assign(new_m, read_value=False)
         v.assign(new_v, read_value=False)
         alpha = lr * np.sqrt(1 - self.beta_2**step) / (1 - self.beta_1**step)
-        return -alpha * new_m / (np.sqrt(new_v) + self.epsilon)
+        return -alpha * new_m / (array_module(new_v).sqrt(new_v) + self.epsilon)
 
 
 class AdamW(Adam):
@@ -308,7 +318,7 @@ class AdamW(Adam):
         self.weight_decay = float(weight_decay)
 
     def _update(self, grad: np.ndarray, var: Any, lr: float, step: int) -> np.ndarray:
-        decay = -lr * self.weight_decay * var.numpy()
+        decay = -lr * self.weight_decay * _read(var)
         return decay + super()._update(grad, var, lr, step)
 
 
@@ -337,18 +347,18 @@ class RMSprop(Optimizer):
 
     def _update(self, grad: np.ndarray, var: Any, lr: float, step: int) -> np.ndarray:
         vel = self.slot(var, "velocity")
-        new_vel = self.rho * vel.numpy() + (1 - self.rho) * grad * grad
+        new_vel = self.rho * _read(vel) + (1 - self.rho) * grad * grad
         vel.assign(new_vel, read_value=False)
         denom = new_vel
         if self.centered:
             avg = self.slot(var, "average_gradient")
-            new_avg = self.rho * avg.numpy() + (1 - self.rho) * grad
+            new_avg = self.rho * _read(avg) + (1 - self.rho) * grad
             avg.assign(new_avg, read_value=False)
             denom = new_vel - new_avg * new_avg
-        increment = lr * grad / np.sqrt(denom + self.epsilon)
+        increment = lr * grad / array_module(denom).sqrt(denom + self.epsilon)
         if self.momentum:
             mom = self.slot(var, "momentum")
-            new_mom = self.momentum * mom.numpy() + increment
+            new_mom = self.momentum * _read(mom) + increment
             mom.assign(new_mom, read_value=False)
             return -new_mom
         return -increment

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from hpcdist._xp import as_array, to_numpy
 from hpcdist.comm.communicator import Communicator
 from hpcdist.comm.ops import ReduceOp
 from hpcdist.data.nest import flatten, map_structure
@@ -77,7 +78,7 @@ class StrategyExtended:
         from hpcdist.strategies.variables import LocalStorage
 
         del synchronization
-        return [LocalStorage(value) for _ in range(self.local_replicas)]
+        return [LocalStorage(value, device) for device in self.worker_devices]
 
     def reduce_to(self, reduce_op: ReduceOp | str, value: Any, destinations: Any = None) -> Any:
         """Reduce a distributed value across all replicas (the result is the same everywhere)."""
@@ -226,7 +227,7 @@ class Strategy:
         """Combine the local replicas' values (SUM for MEAN: the division comes later)."""
         parts = local_results(value)
         if len(parts) == 1:
-            return np.asarray(parts[0])
+            return as_array(parts[0])
         wire = ReduceOp.SUM if op is ReduceOp.MEAN else op
         return self.extended.cross_device_ops.reduce(wire, PerReplica(parts)).values[0]
 
@@ -269,9 +270,10 @@ class Strategy:
         op = ReduceOp.parse(reduce_op)
         if op not in _STRATEGY_OPS:
             raise ValueError(f"strategy.reduce supports SUM, MEAN, MIN and MAX, got {op.name}")
-        parts = [np.asarray(v) for v in local_results(value)]
+        parts = [to_numpy(v) for v in local_results(value)]
         if axis is None:
-            return self._cross_worker(op, [self._local_combine(op, value)])[0]
+            host = parts[0] if len(parts) == 1 else PerReplica(parts)
+            return self._cross_worker(op, [self._local_combine(op, host)])[0]
         error = None
         try:
             axes = [_check_axis(axis, p.ndim) for p in parts]
@@ -298,7 +300,7 @@ class Strategy:
 
     def gather(self, value: Any, axis: int) -> np.ndarray:
         """Concatenate every replica's value along ``axis`` (sizes along it may differ)."""
-        parts = [np.asarray(v) for v in local_results(value)]
+        parts = [to_numpy(v) for v in local_results(value)]
         error = None
         try:
             ax = _check_axis(axis, parts[0].ndim)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from hpcdist._xp import as_array, as_array_like, device_of, put, to_numpy
 from hpcdist.comm.ops import ReduceOp
 from hpcdist.strategies import context
 from hpcdist.strategies.values import PerReplica
@@ -72,10 +73,15 @@ class Storage:
 
 
 class LocalStorage(Storage):
-    """A copy in this process's memory."""
+    """A copy in this process's memory, or on one of its GPUs (a CuPy array).
 
-    def __init__(self, value: np.ndarray) -> None:
-        self.array = np.array(value, copy=True)
+    Args:
+        value: The initial value (copied).
+        device: ``"cpu:N"`` or None for host memory, ``"gpu:N"`` for CUDA device N.
+    """
+
+    def __init__(self, value: np.ndarray, device: str | None = None) -> None:
+        self.array = put(value, device)
 
     def read(self) -> np.ndarray:
         """The array itself."""
@@ -83,11 +89,11 @@ class LocalStorage(Storage):
 
     def write(self, value: np.ndarray) -> None:
         """Copy ``value`` in (broadcasting and casting to the variable's dtype)."""
-        self.array[...] = value
+        self.array[...] = as_array_like(value, self.array)
 
     def add(self, delta: np.ndarray) -> None:
         """In-place add."""
-        self.array += delta
+        self.array += as_array_like(delta, self.array)
 
 
 class SharedStorage(Storage):
@@ -171,9 +177,10 @@ class Variable:
         dtype: Any = None,
         synchronization: VariableSynchronization = VariableSynchronization.AUTO,
         aggregation: VariableAggregation = VariableAggregation.NONE,
+        device: str | None = None,
     ) -> None:
         value = _initial(initial_value, dtype)
-        self._storage: list[Storage] = [LocalStorage(value)]
+        self._storage: list[Storage] = [LocalStorage(value, device)]
         self.name = _unique_name(name)
         self.trainable = trainable
         self.synchronization = synchronization
@@ -192,7 +199,7 @@ class Variable:
         return self._storage[0].read().shape
 
     def read_value(self) -> np.ndarray:
-        """A copy of the value as seen from the current context."""
+        """A copy of the value as seen from the current context (on the variable's device)."""
         return self._value().copy()
 
     def value(self) -> np.ndarray:
@@ -200,31 +207,37 @@ class Variable:
         return self.read_value()
 
     def numpy(self) -> np.ndarray:
-        """Same as `read_value`."""
-        return self.read_value()
+        """A host (numpy) copy of the value as seen from the current context."""
+        value = self._value()
+        return value.copy() if type(value) is np.ndarray else to_numpy(value)
+
+    @property
+    def device(self) -> str:
+        """Where this copy lives: ``"cpu:0"`` or ``"gpu:N"``."""
+        return device_of(self._value())
 
     def _value(self) -> np.ndarray:
         return self._storage[0].read()
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        value = self.read_value()
+        value = self.numpy()
         return value if dtype is None else value.astype(dtype)
 
     # -- writing ---------------------------------------------------------------------------
 
     def assign(self, value: Any, read_value: bool = True) -> Any:
         """Set the value."""
-        self._storage[0].write(np.asarray(value))
+        self._storage[0].write(as_array(value))
         return self.read_value() if read_value else None
 
     def assign_add(self, delta: Any, read_value: bool = True) -> Any:
         """Add ``delta``."""
-        self._storage[0].add(np.asarray(delta, dtype=self.dtype))
+        self._storage[0].add(as_array(delta, self.dtype))
         return self.read_value() if read_value else None
 
     def assign_sub(self, delta: Any, read_value: bool = True) -> Any:
         """Subtract ``delta``."""
-        return self.assign_add(-np.asarray(delta, dtype=self.dtype), read_value)
+        return self.assign_add(-as_array(delta, self.dtype), read_value)
 
     # -- arithmetic: differentiable, through hpcdist.nn (a traced leaf under a tape) ---------
 
@@ -327,7 +340,7 @@ class MirroredVariable(_DistributedVariable):
         return self._storage[0 if index is None else index].read()
 
     def _update(self, value: Any, apply: Callable[[Storage, np.ndarray], None], is_delta: bool):
-        value = np.asarray(value)
+        value = as_array(value)
         if self._local_index() is None:  # cross-replica context: same update on every copy
             for storage in self._unique_storage():
                 apply(storage, value)
@@ -351,7 +364,7 @@ class MirroredVariable(_DistributedVariable):
 
     def assign_add(self, delta: Any, read_value: bool = True) -> Any:
         """Add ``delta`` (aggregated across replicas in replica context)."""
-        self._update(np.asarray(delta, dtype=self.dtype), lambda s, v: s.add(v), is_delta=True)
+        self._update(as_array(delta, self.dtype), lambda s, v: s.add(v), is_delta=True)
         return self.read_value() if read_value else None
 
 
@@ -361,13 +374,13 @@ def _merge_update(strategy: Strategy, var: MirroredVariable, value: Any, is_delt
     if agg is VariableAggregation.ONLY_FIRST_REPLICA:
         from hpcdist.strategies.values import local_results
 
-        first = np.asarray(local_results(value)[0])
+        first = to_numpy(local_results(value)[0])
         comm = strategy.extended.communicator
         reduced = first if comm is None else comm.broadcast(first, root=0)
     else:
         op = ReduceOp.SUM if agg is VariableAggregation.SUM else ReduceOp.MEAN
         reduced = strategy.reduce(op, value, axis=None)
-    reduced = np.asarray(reduced).astype(var.dtype, copy=False)
+    reduced = to_numpy(reduced).astype(var.dtype, copy=False)
     for storage in var._unique_storage():
         if is_delta:
             storage.add(reduced)
@@ -386,7 +399,7 @@ class SyncOnReadVariable(_DistributedVariable):
         if agg is VariableAggregation.ONLY_FIRST_REPLICA:
             first = self._storage[0].read()
             comm = self._strategy.extended.communicator
-            return first if comm is None else comm.broadcast(first, root=0)
+            return first if comm is None else to_numpy(comm.broadcast(to_numpy(first), root=0))
         if agg is VariableAggregation.NONE:
             raise ValueError(
                 f"cannot read sync-on-read variable {self.name!r} with aggregation NONE in "
@@ -394,11 +407,11 @@ class SyncOnReadVariable(_DistributedVariable):
             )
         op = ReduceOp.SUM if agg is VariableAggregation.SUM else ReduceOp.MEAN
         per_replica = PerReplica([s.read() for s in self._storage])
-        return np.asarray(self._strategy.reduce(op, per_replica, axis=None)).astype(self.dtype)
+        return to_numpy(self._strategy.reduce(op, per_replica, axis=None)).astype(self.dtype)
 
     def assign(self, value: Any, read_value: bool = True) -> Any:
         """Set this replica's copy; across replicas, set every copy (SUM: value / N each)."""
-        value = np.asarray(value)
+        value = as_array(value)
         index = self._local_index()
         if index is not None:
             self._storage[index].write(value)
@@ -414,16 +427,16 @@ class SyncOnReadVariable(_DistributedVariable):
         """Add to this replica's copy (replica context) or to the aggregate (cross-replica)."""
         index = self._local_index()
         if index is not None:
-            self._storage[index].add(np.asarray(delta, dtype=self.dtype))
+            self._storage[index].add(as_array(delta, self.dtype))
             return self.read_value() if read_value else None
-        return self.assign(self._value() + np.asarray(delta), read_value)
+        return self.assign(self._value() + to_numpy(delta), read_value)
 
 
 def _initial(initial_value: Any, dtype: Any) -> np.ndarray:
     value = initial_value() if callable(initial_value) else initial_value
     if isinstance(value, Variable):
-        value = value.read_value()
-    return np.array(value, dtype=dtype, copy=True)
+        value = value.numpy()
+    return np.array(to_numpy(value), dtype=dtype, copy=True)
 
 
 def variable_options(
@@ -474,7 +487,8 @@ def create_variable(
         value = np.asarray(comm.broadcast(value, root=0))
     on_read = synchronization is VariableSynchronization.ON_READ
     if strategy.single_copy_variables:
-        return Variable(value, name, trainable, None, synchronization, aggregation)
+        device = strategy.extended.worker_devices[0]
+        return Variable(value, name, trainable, None, synchronization, aggregation, device)
     cls = SyncOnReadVariable if on_read else MirroredVariable
     if synchronization is VariableSynchronization.AUTO:
         synchronization = VariableSynchronization.ON_WRITE
