@@ -8,6 +8,7 @@ with ``numpy()``, a metric, a checkpoint, an MPI message without CUDA-aware MPI.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from types import ModuleType
 from typing import Any
@@ -19,6 +20,7 @@ __all__ = [
     "as_array",
     "as_array_like",
     "device_of",
+    "device_scope",
     "import_cupy",
     "is_device_array",
     "parse_gpu",
@@ -63,6 +65,14 @@ def device_of(x: Any) -> str:
     if is_device_array(x):
         return f"gpu:{x.device.id}"
     return "cpu:0"
+
+
+def device_scope(device: str | None) -> contextlib.AbstractContextManager:
+    """Make ``device`` CuPy's current device inside the block (nothing for a CPU device)."""
+    gpu = parse_gpu(device)
+    if gpu is None:
+        return contextlib.nullcontext()
+    return import_cupy(f"device {device!r}").cuda.Device(gpu)
 
 
 def put(value: Any, device: str | None, dtype: Any = None, copy: bool = True) -> Any:

@@ -36,12 +36,34 @@ def _cuda_report() -> tuple[str, str]:
 def _cuda_aware_mpi() -> str:
     from mpi4py import MPI
 
-    version = MPI.Get_library_version()
-    if os.environ.get("HPCDIST_CUDA_AWARE_MPI"):
-        return "forced by HPCDIST_CUDA_AWARE_MPI"
-    if "CUDA" in version.upper():
-        return "possibly (library mentions CUDA)"
-    return "no (arrays on GPUs are staged through host memory)"
+    import hpcdist
+
+    if hpcdist.settings.get_settings().cuda_aware_mpi:
+        return "yes (HPCDIST_CUDA_AWARE_MPI=1: GPU buffers go to MPI directly)"
+    hint = " (the library mentions CUDA: try HPCDIST_CUDA_AWARE_MPI=1)"
+    mentions = "CUDA" in MPI.Get_library_version().upper()
+    return "no: GPU arrays not carried by NCCL are staged through pinned host memory" + (
+        hint if mentions else ""
+    )
+
+
+def _gpu_binding(local_rank: int) -> str:
+    from hpcdist.cluster.gpus import pick_gpu, visible_gpu_count
+
+    count = visible_gpu_count()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
+    if count == 0:
+        return f"none (no visible GPU; CUDA_VISIBLE_DEVICES={visible})"
+    try:
+        from hpcdist.settings import get_settings
+
+        device = pick_gpu(local_rank, count, get_settings().gpu)
+    except ValueError as exc:
+        return f"invalid: {exc}"
+    return (
+        f"local rank {local_rank} -> CUDA device {device} of {count} visible "
+        f"(CUDA_VISIBLE_DEVICES={visible})"
+    )
 
 
 def info_lines() -> list[str]:
@@ -70,6 +92,7 @@ def info_lines() -> list[str]:
         f"local ranks:      {comm.local_size} on this node",
         f"CUDA:             {cuda}",
         f"NCCL:             {nccl}",
+        f"GPU binding:      {_gpu_binding(resolver.local_rank)}",
         f"CUDA-aware MPI:   {_cuda_aware_mpi()}",
         f"h5py parallel:    {'yes (mpio driver)' if h5py.get_config().mpi else 'no (serial HDF5)'}",
         f"settings:         {hpcdist.settings.get_settings()}",

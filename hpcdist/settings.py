@@ -88,6 +88,15 @@ class Settings:
             ``num_ps`` ranks are ps, the rest workers). Env: ``HPCDIST_NUM_PS``.
         ps_segment_bytes: Size of each RMA window segment a ps rank allocates for variables
             (a larger variable gets a segment of its own size). Env: ``HPCDIST_PS_SEGMENT_BYTES``.
+        cuda_aware_mpi: The MPI library reads and writes GPU memory: all-reduces of CuPy arrays
+            that NCCL does not carry hand device buffers to MPI instead of staging them through
+            pinned host memory. Opt-in, as no portable query exists (mpi4jax does the same).
+            Env: ``HPCDIST_CUDA_AWARE_MPI``.
+        nccl_hierarchical: Across nodes, reduce GPU arrays with NCCL inside each node and MPI
+            between node leaders instead of one NCCL communicator over all ranks (all-reduce
+            only). Env: ``HPCDIST_NCCL_HIERARCHICAL``.
+        gpu: CUDA ordinal this rank binds to; None picks one from the local rank (see
+            `hpcdist.cluster.gpus.pick_gpu`). Env: ``HPCDIST_GPU``.
     """
 
     timeout_seconds: float | None = None
@@ -103,6 +112,9 @@ class Settings:
     log_all_ranks: bool = False
     num_ps: int | None = None
     ps_segment_bytes: int = 16 << 20
+    cuda_aware_mpi: bool = False
+    nccl_hierarchical: bool = False
+    gpu: int | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -158,6 +170,9 @@ class Settings:
 
 
 _PARSERS = {
+    "cuda_aware_mpi": _parse_bool,
+    "nccl_hierarchical": _parse_bool,
+    "gpu": lambda s: None if s.strip().lower() in ("", "none") else _parse_int(s),
     "timeout_seconds": _parse_optional_float,
     "stall_warning_seconds": _parse_optional_float,
     "check_collectives": _parse_bool,

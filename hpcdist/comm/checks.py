@@ -42,6 +42,13 @@ KINDS = {
     "barrier": 7,
     "allgather_object": 8,
     "broadcast_object": 9,
+    # the same collectives carried by NCCL on GPU arrays (a rank staging through the host
+    # instead would be a mismatch: the two paths cannot meet)
+    "nccl_allreduce": 11,
+    "nccl_grouped_allreduce": 12,
+    "nccl_broadcast": 13,
+    "nccl_allgather": 14,
+    "nccl_reduce_scatter": 15,
 }
 _KIND_NAMES = {v: k for k, v in KINDS.items()}
 _OP_NAMES = {0: "", 1: "SUM", 2: "MEAN", 3: "MIN", 4: "MAX", 5: "PROD"}

@@ -28,6 +28,7 @@ from mpi4py.util import pkl5
 
 from hpcdist import abort
 from hpcdist._split import balanced_sizes
+from hpcdist._xp import is_device_array
 from hpcdist.cluster.topology import NodeLayout, node_layout, split_node
 from hpcdist.comm import fusion
 from hpcdist.comm.arrays import check_reducible, to_host, wire_dtype
@@ -41,8 +42,17 @@ from hpcdist.comm.checks import (
     verify_headers,
 )
 from hpcdist.comm.compression import get_codec
+from hpcdist.comm.cuda_mpi import CudaAwareMpiBackend
 from hpcdist.comm.hierarchical import HierarchicalBackend
 from hpcdist.comm.mpi_backend import MpiBackend, wait_request
+from hpcdist.comm.nccl_ops import (
+    allgather_on_device,
+    broadcast_on_device,
+    device_reduce_error,
+    nccl_available,
+    reduce_on_device,
+    reduce_scatter_on_device,
+)
 from hpcdist.comm.ops import ReduceOp
 from hpcdist.comm.options import CommunicationImplementation, CommunicationOptions
 from hpcdist.comm.ring import RingBackend, ring_allreduce
@@ -63,6 +73,8 @@ _FAST_CHARS = frozenset("efdbBhHiIlLqQ")
 # op or name -> (op, code, ufunc) for the hot path (enum properties cost a lookup each)
 _SMALL_OPS = {key: (op, op.code, op.ufunc) for key, op in _OPS.items()}
 _SHM_IMPLS = (CommunicationImplementation.AUTO, CommunicationImplementation.SHM)
+_NCCL_IMPLS = (CommunicationImplementation.AUTO, CommunicationImplementation.NCCL)
+_CUDA_MPI_IMPLS = (CommunicationImplementation.AUTO, CommunicationImplementation.MPI)
 
 
 class _Resolved(NamedTuple):
@@ -142,6 +154,9 @@ class Communicator:
         self._checks = self.settings.check_collectives
         self._ring = RingBackend(self._comm)
         self._hier = HierarchicalBackend(self._comm, self._node_comm, self._leader_comm, self._shm)
+        self._nccl: Any = None  # NcclBackend, created by the first collective that needs it
+        self._nccl_hier: Any = None
+        self._cuda_mpi = CudaAwareMpiBackend(self._comm)
         _register(self)
         if self.size > 1 and self.settings.abort_on_exception:
             abort.install()  # a rank that dies must not leave the others waiting in a collective
@@ -268,10 +283,6 @@ class Communicator:
             return self._mpi
         if impl is CommunicationImplementation.RING:
             return self._ring
-        if impl is CommunicationImplementation.NCCL:
-            raise NotImplementedError(
-                "the NCCL backend is not available in this build; use implementation='auto'"
-            )
         shm = self._shm if self.num_nodes == 1 else self._hier
         if impl is CommunicationImplementation.SHM or nbytes >= self.settings.shm_min_bytes:
             return shm
@@ -308,22 +319,110 @@ class Communicator:
     ) -> Any:
         op = _OPS.get(op) or ReduceOp.parse(op)
         opts = self._opts(options)
+        path, why = None, None
         if type(x) is np.ndarray:
             arr, back = x, None
         else:
-            arr, back = to_host(x)
+            path, why = self._device_path(x, opts, allreduce=True)
+            arr, back = (x, None) if path else to_host(x)
+        on_device = path is not None
+        kind = KINDS["nccl_allreduce"] if path == "nccl" else _ALLREDUCE
         header, deadline = self._begin(
-            lambda seq: Header(seq, _ALLREDUCE, op.code, ord(arr.dtype.char), arr.shape), opts
+            lambda seq: Header(seq, kind, op.code, ord(arr.dtype.char), arr.shape), opts
         )
-        error = check_reducible(arr.dtype, op) if arr.dtype.kind in "bc" else None
-        if in_place and error is None and not (type(x) is np.ndarray and x.flags.writeable):
+        error = why
+        if error is None and arr.dtype.kind in "bc":
+            error = check_reducible(arr.dtype, op)
+        if on_device and error is None:
+            error = device_reduce_error(arr.dtype, op)
+        writeable = (type(x) is np.ndarray and x.flags.writeable) or on_device
+        if in_place and error is None and not writeable:
             error = (
-                f"allreduce_ works in place on writeable numpy arrays only, got {type(x).__name__}"
+                f"allreduce_ works in place on writeable numpy (or NCCL-carried CuPy) arrays "
+                f"only, got {type(x).__name__}"
             )
-        local_error = TypeError(f"rank {self.rank}: {error}") if error else None
+        kind_of_error = UnavailableError if error and error == why else TypeError
+        local_error = kind_of_error(f"rank {self.rank}: {error}") if error else None
+        reduce = self._reduce_device(path) if on_device else self._reduce
         return self._guard(
-            lambda: self._reduce(x, arr, back, op, opts, header, deadline, local_error, in_place)
+            lambda: reduce(x, arr, back, op, opts, header, deadline, local_error, in_place)
         )
+
+    def _device_path(
+        self, x: Any, opts: _Resolved, allreduce: bool = False
+    ) -> tuple[str | None, str | None]:
+        """Which backend keeps the CuPy array ``x`` on its GPU, and why it cannot.
+
+        Returns:
+            ``("nccl", None)`` under AUTO or NCCL when NCCL loads; ``("mpi", None)`` for an
+            all-reduce with ``HPCDIST_CUDA_AWARE_MPI=1`` under AUTO or MPI otherwise;
+            ``(None, None)`` to stage through pinned host memory; ``("nccl", why)`` when
+            NCCL was asked for and cannot load (an error on every rank).
+        """
+        if not is_device_array(x):
+            return None, None
+        impl = opts.implementation
+        if impl in _NCCL_IMPLS and nccl_available():
+            return "nccl", None
+        if allreduce and self.settings.cuda_aware_mpi and impl in _CUDA_MPI_IMPLS:
+            return "mpi", None
+        if impl is CommunicationImplementation.NCCL:
+            return "nccl", (
+                "implementation='nccl' needs CuPy with NCCL (pip install 'hpcdist[gpu]'); "
+                "cupy.cuda.nccl cannot be loaded"
+            )
+        return None, None
+
+    def _nccl_for(self, x: Any, allreduce: bool = False) -> Any:
+        """The NCCL backend (created on first use, collectively, on ``x``'s GPU).
+
+        All-reduces across nodes use the hierarchical one when ``HPCDIST_NCCL_HIERARCHICAL``.
+        """
+        from hpcdist.comm.nccl_backend import HierarchicalNcclBackend, NcclBackend
+
+        if self._nccl is None:
+            self._nccl = NcclBackend(self._comm, x.device.id)
+        if not allreduce or not (self.settings.nccl_hierarchical and self.num_nodes > 1):
+            return self._nccl
+        if self._nccl_hier is None:
+            self._nccl_hier = HierarchicalNcclBackend(
+                self._comm,
+                self._node_comm,
+                self._leader_comm,
+                x.device.id,
+                self.settings.cuda_aware_mpi,
+            )
+        return self._nccl_hier
+
+    def _reduce_device(self, path: str) -> Callable[..., Any]:
+        """The reduce step for GPU arrays carried by ``path`` (``"nccl"`` or ``"mpi"``)."""
+        if path == "nccl":
+            return self._reduce_on_gpu
+        return lambda *args: self._reduce_on_gpu(*args, backend=self._cuda_mpi)
+
+    def _reduce_on_gpu(
+        self,
+        x: Any,
+        arr: Any,
+        back: Any,
+        op: ReduceOp,
+        opts: _Resolved,
+        header: Header,
+        deadline: Deadline,
+        local_error: Exception | None,
+        in_place: bool,
+        backend: Any = None,
+    ) -> Any:
+        """Check, then reduce the CuPy array ``arr`` on its GPU (NCCL unless ``backend``)."""
+        del back
+        self._check(header, deadline, local_error)
+        compress = opts.compression if arr.dtype.kind == "f" and op.code <= 2 else None
+        backend = backend or self._nccl_for(arr, allreduce=True)
+        result = reduce_on_device(backend, arr, op, self.size, compress, deadline)
+        if in_place:
+            arr[...] = result
+            return x
+        return result
 
     def _reduce(
         self,
@@ -493,24 +592,37 @@ class Communicator:
     ) -> list[Any]:
         op = _OPS.get(op) or ReduceOp.parse(op)
         opts = self._opts(options)
-        hosts = [to_host(x) for x in xs]
+        # GPU arrays stay on the GPU (packed there, carried by NCCL) when all of them can.
+        paths = [self._device_path(x, opts, allreduce=True) for x in xs]
+        path = paths[0][0] if xs and all(p == paths[0][0] for p, _ in paths) else None
+        on_device = path is not None
+        nccl_error = next((e for _, e in paths if e), None)
+        if on_device:
+            hosts = [(x, _same) for x in xs]
+        else:
+            hosts = [to_host(x) for x in xs]
+            nccl_error = None
         arrays = [a for a, _ in hosts]
         plan = fusion.plan_packs(arrays, opts.bytes_per_pack)
         results: list[Any] = [None] * len(arrays)
         layout = hash(tuple((ord(a.dtype.char), a.shape) for a in arrays)) & 0x3FFFFFFF
+        kind = KINDS["nccl_grouped_allreduce" if path == "nccl" else "grouped_allreduce"]
+        reduce = self._reduce_device(path) if on_device else self._reduce
         for indices in plan:
             members = [arrays[i] for i in indices]
             packed = fusion.pack(members)
             header, deadline = self._begin(
                 lambda seq, p=packed: Header(
-                    seq, KINDS["grouped_allreduce"], op.code, ord(p.dtype.char), p.shape, layout
+                    seq, kind, op.code, ord(p.dtype.char), p.shape, layout
                 ),
                 opts,
             )
-            error = check_reducible(packed.dtype, op)
+            error = nccl_error or check_reducible(packed.dtype, op)
+            if on_device and error is None:
+                error = device_reduce_error(packed.dtype, op)
             local_error = TypeError(f"rank {self.rank}: {error}") if error else None
             reduced = self._guard(
-                lambda p=packed, h=header, d=deadline, e=local_error: self._reduce(
+                lambda p=packed, h=header, d=deadline, e=local_error: reduce(
                     p, p, None, op, opts, h, d, e, True
                 )
             )
@@ -554,20 +666,33 @@ class Communicator:
         self, x: Any, root: int, options: CommunicationOptions | None, in_place: bool
     ) -> Any:
         opts = self._opts(options)
-        arr, back = to_host(x)
+        on_device, why = self._device_path(x, opts)
+        arr, back = (x, _same) if on_device else to_host(x)
+        kind = KINDS["nccl_broadcast" if on_device else "broadcast"]
         header, deadline = self._begin(
-            lambda seq: Header(
-                seq, KINDS["broadcast"], 0, ord(arr.dtype.char), arr.shape, root + 1
-            ),
+            lambda seq: Header(seq, kind, 0, ord(arr.dtype.char), arr.shape, root + 1),
             opts,
         )
-        error = None
+        error: Exception | None = UnavailableError(f"rank {self.rank}: {why}") if why else None
         if not isinstance(root, (int, np.integer)) or not 0 <= root < self.size:
             error = ValueError(
                 f"rank {self.rank}: broadcast root must be in [0, {self.size}), got {root!r}"
             )
-        elif in_place and not (isinstance(x, np.ndarray) and x.flags.writeable):
+        elif in_place and not ((isinstance(x, np.ndarray) and x.flags.writeable) or on_device):
             error = TypeError(f"rank {self.rank}: broadcast_ needs a writeable numpy array")
+
+        def run_device() -> Any:
+            self._check(header, deadline, error)
+            buf = arr.reshape(-1) if in_place and arr.flags.c_contiguous else arr.copy().ravel()
+            broadcast_on_device(self._nccl_for(arr), buf, root, deadline)
+            if in_place:
+                if buf.data.ptr != arr.data.ptr:
+                    arr[...] = buf.reshape(arr.shape)
+                return x
+            return buf.reshape(arr.shape)
+
+        if on_device:
+            return self._guard(run_device)
 
         def run() -> Any:
             fused = self.num_nodes == 1 and error is None and self.settings.check_collectives
@@ -607,19 +732,25 @@ class Communicator:
 
     def _allgather(self, x: Any, options: CommunicationOptions | None) -> Any:
         opts = self._opts(options)
-        arr, back = to_host(x)
+        on_device, why = self._device_path(x, opts)
+        arr, back = (x, _same) if on_device else to_host(x)
         if arr.ndim == 0:
             arr = arr.reshape(1)
+        kind = KINDS["nccl_allgather" if on_device else "allgather"]
         header, deadline = self._begin(
-            lambda seq: Header(seq, KINDS["allgather"], 0, ord(arr.dtype.char), arr.shape[1:]),
+            lambda seq: Header(seq, kind, 0, ord(arr.dtype.char), arr.shape[1:]),
             opts,
         )
+        error = UnavailableError(f"rank {self.rank}: {why}") if why else None
 
         def run() -> Any:
-            self._check(header, deadline)
+            self._check(header, deadline, error)
             rows = np.empty(self.size, dtype=np.int64)
             request = self._comm.Iallgather(np.array([arr.shape[0]], dtype=np.int64), rows)
             wait_request(request, deadline, False)
+            if on_device:
+                nccl = self._nccl_for(arr)
+                return allgather_on_device(nccl, arr, [int(r) for r in rows], deadline)
             row = int(np.prod(arr.shape[1:], dtype=np.int64))
             out = np.empty((int(rows.sum()), *arr.shape[1:]), dtype=arr.dtype)
             counts = rows * row
@@ -648,20 +779,27 @@ class Communicator:
     ) -> Any:
         op = ReduceOp.parse(op)
         opts = self._opts(options)
-        arr, back = to_host(x)
+        on_device, why = self._device_path(x, opts)
+        arr, back = (x, _same) if on_device else to_host(x)
+        kind = KINDS["nccl_reduce_scatter" if on_device else "reduce_scatter"]
         header, deadline = self._begin(
-            lambda seq: Header(
-                seq, KINDS["reduce_scatter"], op.code, ord(arr.dtype.char), arr.shape
-            ),
+            lambda seq: Header(seq, kind, op.code, ord(arr.dtype.char), arr.shape),
             opts,
         )
-        error = check_reducible(arr.dtype, op)
+        error = why or check_reducible(arr.dtype, op)
         if error is None and arr.ndim == 0:
             error = "reduce_scatter needs an array with at least one axis"
-        local_error = TypeError(f"rank {self.rank}: {error}") if error else None
+        if error is None and on_device and arr.dtype.kind == "c":
+            error = "reduce_scatter of complex GPU arrays is not supported by NCCL"
+        kind_of_error = UnavailableError if error and error == why else TypeError
+        local_error = kind_of_error(f"rank {self.rank}: {error}") if error else None
 
         def run() -> Any:
             self._check(header, deadline, local_error)
+            if on_device:
+                rows = balanced_sizes(arr.shape[0], self.size)
+                nccl = self._nccl_for(arr)
+                return reduce_scatter_on_device(nccl, arr, op, rows, self.rank, deadline)
             wdtype = wire_dtype(arr.dtype, "mpi")
             src = (
                 np.ascontiguousarray(arr, dtype=wdtype)
@@ -840,10 +978,17 @@ class Communicator:
         if self._board is not None:
             self._board.free()
         self._shm.close()
+        for backend in (self._nccl_hier, self._nccl):
+            if backend is not None:
+                backend.close()
         for comm in (self._leader_comm, self._node_comm, self._comm):
             if comm != MPI.COMM_NULL:
                 comm.Free()
         self._broken = "closed"
+
+
+def _same(a: Any) -> Any:
+    return a
 
 
 _world: Communicator | None = None

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from hpcdist._xp import array_module
+
 __all__ = ["group_by_size", "pack", "plan_packs", "unpack"]
 
 
@@ -60,7 +62,7 @@ def pack(arrays: Sequence[np.ndarray], out: np.ndarray | None = None) -> np.ndar
     """Concatenate the flattened arrays into one 1-D buffer."""
     total = sum(a.size for a in arrays)
     if out is None:
-        out = np.empty(total, dtype=arrays[0].dtype)
+        out = array_module(arrays[0]).empty(total, dtype=arrays[0].dtype)
     offset = 0
     for a in arrays:
         out[offset : offset + a.size] = a.reshape(-1)

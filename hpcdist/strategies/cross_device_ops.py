@@ -3,7 +3,9 @@
 Replicas on ``cpu:i`` devices hold numpy arrays in the same memory, so the implementations
 differ in their algorithm and summation order, as TF's do: `ReductionToOneDevice` accumulates
 every replica's value on one device in replica order; `HierarchicalCopyAllReduce` adds pairs in a
-tree. `NcclAllReduce` needs GPUs (CuPy arrays).
+tree. On ``gpu:i`` replicas (CuPy arrays) both copy between devices with CuPy (peer copies where
+the GPUs allow), and `NcclAllReduce` runs one NCCL all-reduce per device inside an NCCL group
+call, with communicators made by ``ncclCommInitAll``.
 """
 
 from __future__ import annotations
@@ -14,11 +16,17 @@ from typing import Any
 
 import numpy as np
 
+from hpcdist._xp import as_array, as_array_like, device_of, is_device_array, put
 from hpcdist.comm.ops import ReduceOp
 from hpcdist.errors import UnavailableError
 from hpcdist.strategies.values import Mirrored, local_results
 
 __all__ = ["CrossDeviceOps", "HierarchicalCopyAllReduce", "NcclAllReduce", "ReductionToOneDevice"]
+
+
+def _copy_to(out: Any, like: Any) -> Any:
+    """A copy of ``out`` on the device of ``like`` (host numpy for host values)."""
+    return put(out, device_of(like)) if is_device_array(like) else np.array(out, copy=True)
 
 
 class CrossDeviceOps:
@@ -30,15 +38,16 @@ class CrossDeviceOps:
     def reduce(self, reduce_op: ReduceOp | str, per_replica_value: Any, destinations: Any = None):
         """Combine the local replicas' values; every replica gets the result (`Mirrored`).
 
-        MEAN divides by the number of local replicas.
+        MEAN divides by the number of local replicas. Each replica's copy of the result is on
+        that replica's device.
         """
         del destinations
         op = ReduceOp.parse(reduce_op)
-        values = [np.asarray(v) for v in local_results(per_replica_value)]
+        values = [as_array(v) for v in local_results(per_replica_value)]
         out = self._combine(ReduceOp.SUM if op is ReduceOp.MEAN else op, values)
         if op is ReduceOp.MEAN:
             out = out / len(values) if out.dtype.kind in "fc" else out // len(values)
-        return Mirrored([out.copy() for _ in values])
+        return Mirrored([_copy_to(out, v) for v in values])
 
     def batch_reduce(
         self, reduce_op: ReduceOp | str, value_destination_pairs: Sequence[Any]
@@ -61,10 +70,10 @@ class ReductionToOneDevice(CrossDeviceOps):
 
     def _combine(self, op: ReduceOp, values: Sequence[np.ndarray]) -> np.ndarray:
         if op is ReduceOp.SUM and self.accumulation_fn is not None:
-            return np.asarray(self.accumulation_fn(list(values)))
+            return as_array(self.accumulation_fn(list(values)))
         out = values[0].copy()
         for v in values[1:]:
-            out = op.ufunc(out, v)
+            out = op.ufunc(out, as_array_like(v, out))
         return out
 
 
@@ -72,7 +81,7 @@ class HierarchicalCopyAllReduce(CrossDeviceOps):
     """Pairwise tree reduction (TF's algorithm for DGX-like GPU topologies).
 
     Args:
-        num_packs: Kept for TF compatibility (tensors are not packed on CPU).
+        num_packs: Kept for TF compatibility (tensors are not packed).
     """
 
     def __init__(self, num_packs: int = 1) -> None:
@@ -83,7 +92,10 @@ class HierarchicalCopyAllReduce(CrossDeviceOps):
     def _combine(self, op: ReduceOp, values: Sequence[np.ndarray]) -> np.ndarray:
         level = [v for v in values]
         while len(level) > 1:
-            nxt = [op.ufunc(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
+            nxt = [
+                op.ufunc(level[i], as_array_like(level[i + 1], level[i]))
+                for i in range(0, len(level) - 1, 2)
+            ]
             if len(level) % 2:
                 nxt.append(level[-1])
             level = nxt
@@ -91,20 +103,83 @@ class HierarchicalCopyAllReduce(CrossDeviceOps):
 
 
 class NcclAllReduce(CrossDeviceOps):
-    """NCCL all-reduce between local GPUs.
+    """NCCL all-reduce between the local GPUs of one process (``gpu:i`` replicas).
+
+    The communicators are created once per set of devices (``ncclCommInitAll``); each reduce
+    enqueues one all-reduce per device on that device's current stream inside
+    ``ncclGroupStart``/``ncclGroupEnd`` (one thread drives every GPU without deadlock).
+
+    Args:
+        num_packs: Kept for TF compatibility.
 
     Raises:
-        UnavailableError: CuPy or GPUs are missing; the NCCL path needs CuPy arrays on GPUs.
+        UnavailableError: CuPy is not installed.
     """
 
     def __init__(self, num_packs: int = 1) -> None:
+        if num_packs < 0:
+            raise ValueError(f"num_packs must be >= 0, got {num_packs}")
         self.num_packs = num_packs
         if importlib.util.find_spec("cupy") is None:
             raise UnavailableError(
                 "NcclAllReduce needs CuPy and GPUs (pip install 'hpcdist[gpu]'); for CPU "
                 "replicas use ReductionToOneDevice or HierarchicalCopyAllReduce"
             )
-        raise UnavailableError(
-            "NcclAllReduce between local GPUs is not available in this build; use "
-            "HierarchicalCopyAllReduce"
-        )
+        self._comms: dict[tuple[int, ...], list[Any]] = {}
+
+    def _communicators(self, devices: tuple[int, ...]) -> list[Any]:
+        if devices not in self._comms:
+            from cupy.cuda import nccl
+
+            self._comms[devices] = nccl.NcclCommunicator.initAll(list(devices))
+        return self._comms[devices]
+
+    def reduce(self, reduce_op: ReduceOp | str, per_replica_value: Any, destinations: Any = None):
+        """All-reduce the replicas' CuPy arrays with NCCL; each keeps its result on its GPU.
+
+        Raises:
+            TypeError: A value is not a CuPy array, or two replicas share a GPU.
+        """
+        del destinations
+        import cupy
+        from cupy.cuda import nccl
+
+        from hpcdist.comm.nccl_backend import _NCCL_OPS, nccl_dtype
+
+        op = ReduceOp.parse(reduce_op)
+        values = list(local_results(per_replica_value))
+        if not all(is_device_array(v) for v in values):
+            kinds = sorted({type(v).__name__ for v in values})
+            raise TypeError(
+                f"NcclAllReduce reduces CuPy arrays on distinct GPUs, got {kinds}; for CPU "
+                "replicas use ReductionToOneDevice or HierarchicalCopyAllReduce"
+            )
+        devices = tuple(v.device.id for v in values)
+        if len(set(devices)) != len(devices):
+            raise TypeError(f"NcclAllReduce needs one replica per GPU, got devices {devices}")
+        code = nccl_dtype(values[0].dtype)
+        if code is None or (op not in _NCCL_OPS and op is not ReduceOp.MEAN):
+            raise TypeError(f"NCCL cannot reduce dtype {values[0].dtype} with {op.name}")
+        wire = _NCCL_OPS[ReduceOp.SUM if op is ReduceOp.MEAN else op]
+        comms = self._communicators(devices)
+        outs, keep = [], []  # inputs stay referenced until the group has been enqueued
+        nccl.groupStart()
+        try:
+            for comm, v, d in zip(comms, values, devices, strict=True):
+                with cupy.cuda.Device(d):
+                    src = cupy.ascontiguousarray(v)
+                    out = cupy.empty_like(src)
+                    stream = cupy.cuda.get_current_stream()
+                    comm.allReduce(src.data.ptr, out.data.ptr, src.size, code, wire, stream.ptr)
+                    outs.append(out)
+                    keep.append(src)
+        finally:
+            nccl.groupEnd()
+        if op is ReduceOp.MEAN:
+            for d, out in zip(devices, outs, strict=True):
+                with cupy.cuda.Device(d):
+                    if out.dtype.kind == "f":
+                        out /= len(values)
+                    else:
+                        out //= len(values)
+        return Mirrored(outs)

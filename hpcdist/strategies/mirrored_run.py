@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from hpcdist._xp import device_scope
 from hpcdist.strategies import context
 from hpcdist.strategies.replica_context import ReplicaContext
 from hpcdist.strategies.values import DistributedValues, PerReplica
@@ -29,9 +30,17 @@ class _Abort(BaseException):
 
 
 class _ReplicaThread(threading.Thread):
-    def __init__(self, strategy: Strategy, replica_id: int, fn: Callable[..., Any], args, kwargs):
+    def __init__(
+        self,
+        strategy: Strategy,
+        replica_id: int,
+        fn: Callable[..., Any],
+        args,
+        kwargs,
+        device: str = "cpu:0",
+    ):
         super().__init__(name=f"hpcdist-replica-{replica_id}", daemon=True)
-        self.strategy, self.replica_id = strategy, replica_id
+        self.strategy, self.replica_id, self.device = strategy, replica_id, device
         self.fn, self.args, self.kwargs = fn, args, kwargs
         self.go, self.paused = threading.Event(), threading.Event()
         self.merge_request: tuple[Callable[..., Any], tuple, dict] | None = None
@@ -46,7 +55,9 @@ class _ReplicaThread(threading.Thread):
         self.go.clear()
         context.push(self.strategy, _ThreadReplicaContext(self.strategy, self.replica_id, self))
         try:
-            self.result = self.fn(*self.args, **self.kwargs)
+            # A GPU replica computes on its own device (CUDA's current device is per thread).
+            with device_scope(self.device):
+                self.result = self.fn(*self.args, **self.kwargs)
         except _Abort:
             pass
         except BaseException as exc:
@@ -98,7 +109,7 @@ def run_local_replicas(
     """
     first_id = strategy._replica_ids()[0]
     threads = [
-        _ReplicaThread(strategy, first_id + i, fn, a, k)
+        _ReplicaThread(strategy, first_id + i, fn, a, k, strategy.extended.worker_devices[i])
         for i, (a, k) in enumerate(per_replica_args)
     ]
     for t in threads:

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from hpcdist._xp import as_array, to_numpy
+from hpcdist._xp import as_array, device_scope, to_numpy
 from hpcdist.comm.communicator import Communicator
 from hpcdist.comm.ops import ReduceOp
 from hpcdist.data.nest import flatten, map_structure
@@ -195,7 +195,8 @@ class Strategy:
         if len(per_replica) == 1:
             context.push(self, ReplicaContext(self, self._replica_ids()[0]))
             try:
-                return fn(*per_replica[0][0], **per_replica[0][1])
+                with device_scope(self.extended.worker_devices[0]):
+                    return fn(*per_replica[0][0], **per_replica[0][1])
             finally:
                 context.pop()
         results = run_local_replicas(self, fn, per_replica)

@@ -1,0 +1,305 @@
+"""The NCCL backend: collectives on CuPy arrays, bootstrapped over MPI.
+
+Rank 0 of the group creates NCCL's unique id and broadcasts it over MPI; every rank then joins
+one ``cupy.cuda.nccl.NcclCommunicator`` on its GPU. Operations are enqueued on CuPy's current
+stream, like any CuPy kernel, so their results are ordered with the kernels that follow and no
+host synchronisation is needed. Under a deadline (``timeout_seconds``) the backend waits for
+an event recorded after the operation; past the deadline it aborts the NCCL communicator (NCCL's
+way out of an operation that will never complete) and raises `DeadlineExceededError`.
+
+CuPy is imported when the backend is created, never at import time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from hpcdist._xp import import_cupy
+from hpcdist.comm.checks import Deadline, Header, verify_headers
+from hpcdist.comm.ops import ReduceOp
+from hpcdist.errors import ClusterConfigError, UnavailableError
+
+__all__ = [
+    "HierarchicalNcclBackend",
+    "NcclBackend",
+    "bf16_to_float32",
+    "float32_to_bf16",
+    "nccl_dtype",
+]
+
+# ncclDataType_t values (nccl.h); bfloat16 buffers are uint16 bit patterns.
+_NCCL_DTYPES = {
+    "b": 0,  # int8
+    "B": 1,  # uint8
+    "i": 2,  # int32
+    "I": 3,  # uint32
+    "l": 4,  # int64
+    "L": 5,  # uint64
+    "q": 4,
+    "Q": 5,
+    "e": 6,  # float16
+    "f": 7,  # float32
+    "d": 8,  # float64
+}
+NCCL_BFLOAT16 = 9
+# ncclRedOp_t values
+_NCCL_OPS = {ReduceOp.SUM: 0, ReduceOp.PROD: 1, ReduceOp.MAX: 2, ReduceOp.MIN: 3}
+
+
+def nccl_dtype(dtype: np.dtype) -> int | None:
+    """NCCL's code for ``dtype``, or None when NCCL cannot reduce it natively."""
+    return _NCCL_DTYPES.get(np.dtype(dtype).char)
+
+
+def float32_to_bf16(x: Any) -> Any:
+    """bfloat16 bit patterns (uint16) of a float32 CuPy array, rounded to nearest even."""
+    xp = import_cupy("bfloat16 compression")
+    bits = x.view(xp.uint32)
+    rounded = bits + xp.uint32(0x7FFF) + ((bits >> 16) & xp.uint32(1))
+    return (rounded >> 16).astype(xp.uint16)
+
+
+def bf16_to_float32(bits: Any) -> Any:
+    """float32 values of bfloat16 bit patterns (uint16) in a CuPy array."""
+    xp = import_cupy("bfloat16 compression")
+    return (bits.astype(xp.uint32) << 16).view(xp.float32)
+
+
+class NcclBackend:
+    """All-reduce, broadcast, all-gather and reduce-scatter with NCCL on one GPU per rank.
+
+    Construction is collective over ``comm``: every rank checks that it can create the backend,
+    the ranks agree (so an error on one rank is an error on all), then they check that no two
+    ranks share a GPU, and only then do they join the NCCL communicator (which would otherwise
+    wait forever for a rank that failed).
+
+    Args:
+        comm: The MPI group; NCCL ranks are its ranks.
+        device: CUDA ordinal of this rank's GPU.
+        ranks: Global rank of each member (for messages).
+
+    Raises:
+        UnavailableError: CuPy or NCCL is missing on some rank (raised on every rank).
+        ClusterConfigError: Two ranks would use the same GPU (raised on every rank).
+    """
+
+    name = "nccl"
+
+    def __init__(self, comm: MPI.Intracomm, device: int, ranks: Sequence[int] | None = None):
+        self.comm = comm
+        self.device = int(device)
+        self.ranks = list(range(comm.Get_size())) if ranks is None else list(ranks)
+        rank = comm.Get_rank()
+        problem, where = None, None
+        try:
+            cupy = import_cupy("the NCCL backend")
+            from cupy.cuda import nccl
+
+            with cupy.cuda.Device(self.device):
+                where = (MPI.Get_processor_name(), cupy.cuda.Device(self.device).pci_bus_id)
+        except Exception as exc:  # missing CuPy, NCCL, driver or device: agree first
+            problem = f"{type(exc).__name__}: {exc}"
+        reports = comm.allgather((problem, where))
+        failed = [(self.ranks[r], p) for r, (p, _) in enumerate(reports) if p is not None]
+        if failed:
+            text = "; ".join(f"rank {r}: {p}" for r, p in failed)
+            raise UnavailableError(f"the NCCL backend cannot start ({text})")
+        seen: dict[Any, int] = {}
+        for r, (_, gpu) in enumerate(reports):
+            if gpu in seen:
+                raise ClusterConfigError(
+                    f"ranks {self.ranks[seen[gpu]]} and {self.ranks[r]} both use GPU {gpu[1]} "
+                    f"of node {gpu[0]}: NCCL needs one GPU per rank (launch at most as many "
+                    "ranks per node as it has GPUs, or bind them with CUDA_VISIBLE_DEVICES / "
+                    "srun --gpus-per-task=1)"
+                )
+            seen[gpu] = r
+        uid = nccl.get_unique_id() if rank == 0 else None
+        uid = comm.bcast(uid, root=0)
+        self._cupy = cupy
+        self._nccl = nccl
+        with cupy.cuda.Device(self.device):
+            self.communicator = nccl.NcclCommunicator(comm.Get_size(), uid, rank)
+        self._aborted = False
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _stream(self) -> Any:
+        return self._cupy.cuda.get_current_stream()
+
+    def _check_device(self, *arrays: Any) -> None:
+        for a in arrays:
+            if a.device.id != self.device:
+                raise ValueError(
+                    f"rank {self.comm.Get_rank()}: the NCCL communicator works on GPU "
+                    f"{self.device}, got an array on GPU {a.device.id}"
+                )
+
+    def _finish(self, stream: Any, deadline: Deadline) -> None:
+        """Wait for the enqueued operation only when a deadline applies (else stay async)."""
+        if deadline.timeout is None:
+            return
+        event = self._cupy.cuda.Event(block=False, disable_timing=True)
+        event.record(stream)
+        try:
+            deadline.wait(lambda: event.done)
+        except Exception:
+            # The peers may never join: abort the communicator so the GPU does not stay
+            # blocked in the operation, and refuse further work (the Communicator does too).
+            self._aborted = True
+            self.communicator.abort()
+            raise
+
+    @staticmethod
+    def _code(dtype: np.dtype) -> int:
+        code = nccl_dtype(dtype)
+        if code is None:
+            raise TypeError(f"NCCL cannot carry dtype {dtype}")
+        return code
+
+    # -- collectives --------------------------------------------------------------------------
+
+    def allreduce(
+        self,
+        src: Any,
+        dst: Any,
+        op: ReduceOp,
+        header: Header | None,
+        deadline: Deadline,
+        nccl_type: int | None = None,
+    ) -> None:
+        """Reduce ``src`` into ``dst`` (CuPy arrays; ``src is dst`` means in place).
+
+        ``nccl_type`` overrides the NCCL data type (bfloat16 bit patterns in a uint16 buffer).
+        """
+        if header is not None:
+            verify_headers(self.comm, header, deadline, self.ranks)
+        self._check_device(src, dst)
+        stream = self._stream()
+        with self._cupy.cuda.Device(self.device):
+            self.communicator.allReduce(
+                src.data.ptr,
+                dst.data.ptr,
+                src.size,
+                self._code(src.dtype) if nccl_type is None else nccl_type,
+                _NCCL_OPS[op],
+                stream.ptr,
+            )
+        self._finish(stream, deadline)
+
+    def broadcast(self, buf: Any, root: int, header: Header | None, deadline: Deadline) -> None:
+        """Copy ``buf`` of rank ``root`` into ``buf`` on every rank."""
+        if header is not None:
+            verify_headers(self.comm, header, deadline, self.ranks)
+        self._check_device(buf)
+        stream = self._stream()
+        with self._cupy.cuda.Device(self.device):
+            self.communicator.bcast(
+                buf.data.ptr, buf.nbytes, self._code(np.dtype(np.uint8)), root, stream.ptr
+            )
+        self._finish(stream, deadline)
+
+    def allgather(self, src: Any, dst: Any, deadline: Deadline) -> None:
+        """Concatenate every rank's ``src`` (equal sizes) into ``dst``, in rank order."""
+        self._check_device(src, dst)
+        stream = self._stream()
+        with self._cupy.cuda.Device(self.device):
+            self.communicator.allGather(
+                src.data.ptr, dst.data.ptr, src.nbytes, self._code(np.dtype(np.uint8)), stream.ptr
+            )
+        self._finish(stream, deadline)
+
+    def reduce_scatter(self, src: Any, dst: Any, op: ReduceOp, deadline: Deadline) -> None:
+        """Reduce ``src`` (``size * dst.size`` elements) and keep this rank's block in ``dst``."""
+        self._check_device(src, dst)
+        stream = self._stream()
+        with self._cupy.cuda.Device(self.device):
+            self.communicator.reduceScatter(
+                src.data.ptr,
+                dst.data.ptr,
+                dst.size,
+                self._code(src.dtype),
+                _NCCL_OPS[op],
+                stream.ptr,
+            )
+        self._finish(stream, deadline)
+
+    def close(self) -> None:
+        """Destroy the NCCL communicator (after the current stream's work)."""
+        if self.communicator is None:
+            return
+        if not self._aborted:
+            self._stream().synchronize()
+            self.communicator.destroy()
+        self.communicator = None
+
+
+class HierarchicalNcclBackend:
+    """NCCL inside each node, MPI between node leaders (``HPCDIST_NCCL_HIERARCHICAL=1``).
+
+    Each node reduces onto its leader (local rank 0) with NCCL, the leaders all-reduce the node
+    sums over MPI (device buffers with CUDA-aware MPI, else through pinned host memory), and
+    each leader broadcasts the result to its node with NCCL. Only leaders use the network
+    through MPI; useful where MPI's inter-node path beats NCCL's (or NCCL has no network
+    plugin for the fabric).
+
+    Args:
+        comm: The whole group (for the header check).
+        node_comm: This node's ranks.
+        leader_comm: The node leaders, or ``MPI.COMM_NULL`` on other ranks.
+        device: This rank's GPU.
+        cuda_aware: Hand device buffers to MPI directly.
+    """
+
+    name = "nccl-hierarchical"
+
+    def __init__(
+        self,
+        comm: MPI.Intracomm,
+        node_comm: MPI.Intracomm,
+        leader_comm: MPI.Intracomm,
+        device: int,
+        cuda_aware: bool = False,
+    ) -> None:
+        self.comm, self.leader_comm, self.cuda_aware = comm, leader_comm, cuda_aware
+        self.node = NcclBackend(node_comm, device)
+        self.device = device
+
+    def allreduce(
+        self,
+        src: Any,
+        dst: Any,
+        op: ReduceOp,
+        header: Header | None,
+        deadline: Deadline,
+        nccl_type: int | None = None,
+    ) -> None:
+        """Node all-reduce with NCCL, leaders' MPI all-reduce, node broadcast with NCCL."""
+        from hpcdist.comm.arrays import stage_to_host
+        from hpcdist.comm.mpi_backend import wait_request
+
+        if header is not None:
+            verify_headers(self.comm, header, deadline)
+        self.node.allreduce(src, dst, op, None, deadline, nccl_type)
+        if self.leader_comm != MPI.COMM_NULL and self.leader_comm.Get_size() > 1:
+            if nccl_type is not None:
+                raise TypeError("MPI has no bfloat16 type: use compression='fp16' across nodes")
+            cupy = self.node._cupy
+            if self.cuda_aware:
+                cupy.cuda.get_current_stream().synchronize()
+                buf = dst
+            else:
+                buf = stage_to_host(dst)
+            request = self.leader_comm.Iallreduce(MPI.IN_PLACE, buf, op=op.mpi)
+            wait_request(request, deadline, deadline.timeout is None)
+            if buf is not dst:
+                dst.set(buf)
+        self.node.broadcast(dst, 0, None, deadline)
+
+    def close(self) -> None:
+        """Destroy the node's NCCL communicator."""
+        self.node.close()
