@@ -7,6 +7,12 @@ numpy memcpy bandwidth for reference; then 200 small tensors (1-64 KiB) fused ag
 single all-reduces. ``auto_inplace`` is ``allreduce_`` (in place, like raw ``Allreduce`` into a
 preallocated buffer); the others return a new array. ``--no-checks`` turns the cross-rank checks
 off.
+
+``--gpu`` measures CuPy arrays on this rank's GPU instead: hpcdist with NCCL and with staging
+through pinned host memory (``implementation="mpi"``) against raw NCCL (``cupy.cuda.nccl`` on
+the same buffers) and raw staging (``get()``, ``Allreduce``, ``cupy.asarray``). Every timed call
+ends with a stream synchronisation. Bandwidths are algorithm bandwidth ``bytes / time`` and bus
+bandwidth ``2 (n-1)/n * bytes / time`` (zero on one rank, as nccl-tests report it).
 """
 
 from __future__ import annotations
@@ -34,7 +40,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per size")
     parser.add_argument("--out")
     parser.add_argument("--plot")
+    parser.add_argument("--gpu", action="store_true", help="CuPy arrays: NCCL and staging")
     args = parser.parse_args()
+    if args.gpu:
+        gpu_main(args)
+        return
 
     settings = hd.settings.Settings.from_env(check_collectives=not args.no_checks)
     comm = hd.Communicator(settings=settings)
@@ -115,6 +125,78 @@ def main() -> None:
     emit(result, args.out)
     if args.plot and comm.rank == 0:
         plot(result, args.plot, impls)
+
+
+def gpu_main(args: argparse.Namespace) -> None:
+    """The ``--gpu`` measurement (see the module docstring)."""
+    import cupy
+    from cupy.cuda import nccl
+
+    from hpcdist.cluster.gpus import bind_gpu
+
+    bind_gpu()
+    comm = hd.Communicator()
+    raw = MPI.COMM_WORLD.Dup()
+    n = comm.size
+    uid = raw.bcast(nccl.get_unique_id() if raw.Get_rank() == 0 else None, root=0)
+    raw_nccl = nccl.NcclCommunicator(n, uid, raw.Get_rank())
+    stream = cupy.cuda.get_current_stream()
+    opts = {
+        "nccl": hd.CommunicationOptions(implementation="nccl"),
+        "staged": hd.CommunicationOptions(implementation="mpi"),
+    }
+    rows = []
+    size = args.min_kib << 10
+    while size <= args.max_mib << 20:
+        x = cupy.random.default_rng(comm.rank).random(size // 4, dtype=cupy.float32)
+        out = cupy.empty_like(x)
+
+        def raw_nccl_call(x=x, out=out):
+            raw_nccl.allReduce(x.data.ptr, out.data.ptr, x.size, nccl.NCCL_FLOAT32, 0, stream.ptr)
+            stream.synchronize()
+
+        def raw_staged_call(x=x):
+            host = x.get()
+            raw.Allreduce(MPI.IN_PLACE, host)
+            return cupy.asarray(host)
+
+        calls = {"raw_nccl": raw_nccl_call, "raw_staged": raw_staged_call}
+        for key, o in opts.items():
+            calls[key] = lambda o=o, x=x: (comm.allreduce(x, options=o), stream.synchronize())
+        times: dict[str, list[float]] = {k: [] for k in calls}
+        for _ in range(args.rounds):
+            for key, fn in calls.items():
+                times[key].append(time_collective(fn, raw, budget_s=args.budget / args.rounds))
+        row = {"bytes": size}
+        for key in calls:
+            t = float(np.median(times[key]))
+            row[f"{key}_s"] = t
+            row[f"{key}_algbw_GBs"] = size / t / 1e9
+            row[f"{key}_busbw_GBs"] = 2 * (n - 1) / n * size / t / 1e9
+        for key, base in (("nccl", "raw_nccl"), ("staged", "raw_staged")):
+            row[f"{key}_ratio"] = float(np.median(np.array(times[key]) / np.array(times[base])))
+        rows.append(row)
+        if comm.rank == 0:
+            print(
+                f"{size:>10} B nccl {row['nccl_algbw_GBs']:8.1f} GB/s ({row['nccl_ratio']:.2f}x "
+                f"raw) staged {row['staged_algbw_GBs']:8.2f} GB/s "
+                f"({row['staged_ratio']:.2f}x raw)",
+                file=sys.stderr,
+            )
+        size *= 4
+    copy = cupy.empty(64 << 18, dtype=cupy.float32)
+    src = cupy.ones_like(copy)
+    copy_s = time_collective(lambda: (copy.__setitem__(Ellipsis, src), stream.synchronize()), raw)
+    result = {
+        "benchmark": "allreduce_gpu",
+        "ranks": n,
+        "device": cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"].decode(),
+        "nccl_version": nccl.get_version(),
+        "mpi_library": MPI.Get_library_version().splitlines()[0],
+        "device_copy_GBs_64MiB": 2 * copy.nbytes / copy_s / 1e9,
+        "sizes": rows,
+    }
+    emit(result, args.out)
 
 
 def plot(result: dict, path: str, impls: list[str]) -> None:

@@ -51,23 +51,23 @@ def build(strategy):
     return model
 
 
-def numpy_mlp(weights, lr=0.01):
-    """The same network trained by hand: returns ``step(x, y)``."""
-    w1, b1, w2, b2, w3, b3 = (w.copy() for w in weights)
+def numpy_mlp(weights, lr=0.01, xp=np):
+    """The same network trained by hand in ``xp`` (numpy or CuPy): returns ``step(x, y)``."""
+    w1, b1, w2, b2, w3, b3 = (xp.array(w, copy=True) for w in weights)
 
     def step(x, y):
         nonlocal w1, b1, w2, b2, w3, b3
         n = len(x)
         z1 = x @ w1 + b1
-        h1 = np.maximum(z1, 0)
+        h1 = xp.maximum(z1, 0)
         z2 = h1 @ w2 + b2
-        h2 = np.maximum(z2, 0)
+        h2 = xp.maximum(z2, 0)
         logits = h2 @ w3 + b3
         shifted = logits - logits.max(1, keepdims=True)
-        p = np.exp(shifted)
+        p = xp.exp(shifted)
         p /= p.sum(1, keepdims=True)
         g3 = p
-        g3[np.arange(n), y] -= 1
+        g3[xp.arange(n), y] -= 1
         g3 /= n
         gw3, gb3 = h2.T @ g3, g3.sum(0)
         g2 = (g3 @ w3.T) * (z2 > 0)
