@@ -1,4 +1,4 @@
-"""`Communicator`: hpcdist's collectives on numpy (and staged CuPy) arrays.
+"""`Communicator`: hpcdist's collectives on numpy and CuPy arrays (GPU paths: docs/gpus.md).
 
 One `Communicator` per process group, on its own ``Dup()`` of the communicator it is given, so
 hpcdist's traffic never mixes with the user's. Every collective:
