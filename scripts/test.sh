@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: lint, unit and integration tests, end-to-end tests on a real local Slurm
 # (started and stopped by the tests; needs root and apt), then the MPI tests at 2, 3 and 4 ranks
-# and once more on 4 ranks split into 2 fake nodes (the hierarchical path). Every MPI run is
+# and once more on 4 ranks split into 2 fake nodes (the hierarchical path), then the GPU tests on
+# the device simulator (tests/devicesim) at 1-4 ranks. Every MPI run is
 # bounded by `timeout`, so a hang fails with a message instead of stalling.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -49,3 +50,19 @@ done
 echo "== MPI tests on 4 ranks in 2 fake nodes (HPCDIST_RANKS_PER_NODE=2)"
 HPCDIST_RANKS_PER_NODE=2 bounded "mpiexec -n 4 (2 nodes)" \
   mpiexec -n 4 bash tests/mpi_pytest.sh -q tests/mpi
+# The GPU code without a GPU: tests/devicesim stands in for CuPy and NCCL (numpy arrays on
+# simulated devices, CuPy's rules enforced, NCCL's calls reduced over MPI). It checks hpcdist's
+# device logic, not CUDA: tests/gpu/run.sh on a real GPU does that.
+echo "== GPU tests on the device simulator (4 simulated GPUs per process; not CUDA)"
+export DEVICESIM_GPUS=4
+PYTHONPATH=tests/devicesim bounded "GPU tests (simulator)" \
+  python -m pytest -q -rs -p no:cacheprovider tests/gpu
+for n in 2 3 4; do
+  PYTHONPATH=tests/devicesim bounded "NCCL across $n ranks (simulator)" \
+    mpiexec -n "$n" bash tests/mpi_pytest.sh -q tests/gpu/test_nccl_ranks.py
+done
+echo "== GPU benchmarks run end to end on the simulator (smoke run: figures meaningless)"
+PYTHONPATH=tests/devicesim bounded "allreduce --gpu (simulator)" \
+  python benchmarks/allreduce.py --gpu --max-mib 1 --rounds 1 --budget 0.05 >/dev/null
+PYTHONPATH=tests/devicesim bounded "train_gpu (simulator)" \
+  python benchmarks/train_gpu.py --batch 64 --steps 2 --rounds 1 >/dev/null

@@ -382,6 +382,7 @@ class Communicator:
 
         if self._nccl is None:
             self._nccl = NcclBackend(self._comm, x.device.id)
+        self._nccl.check_device(x)
         if not allreduce or not (self.settings.nccl_hierarchical and self.num_nodes > 1):
             return self._nccl
         if self._nccl_hier is None:

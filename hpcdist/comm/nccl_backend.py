@@ -131,6 +131,10 @@ class NcclBackend:
     def _stream(self) -> Any:
         return self._cupy.cuda.get_current_stream()
 
+    def check_device(self, *arrays: Any) -> None:
+        """Raise `ValueError` unless every array is on this backend's GPU."""
+        self._check_device(*arrays)
+
     def _check_device(self, *arrays: Any) -> None:
         for a in arrays:
             if a.device.id != self.device:

@@ -19,7 +19,7 @@ from hpcdist.comm.ops import ReduceOp
 from hpcdist.nn.autodiff import IndexedSlices, Tensor
 from hpcdist.strategies import context
 from hpcdist.strategies.values import PerReplica
-from hpcdist.strategies.variables import variable_key
+from hpcdist.strategies.variables import Variable, variable_key
 
 __all__ = [
     "SGD",
@@ -127,9 +127,7 @@ class Optimizer:
             for slot in self._slot_names():
                 key = (variable_key(var), slot)
                 if key not in self._slots:
-                    self._slots[key] = strategy.Variable(
-                        np.zeros(var.shape, var.dtype), name=f"{var.name}/{slot}", trainable=False
-                    )
+                    self._slots[key] = _slot_variable(strategy, var, f"{var.name}/{slot}")
 
     def build(self, var_list: list[Any]) -> None:
         """Create the iteration counter and the slot variables of ``var_list`` now.
@@ -206,6 +204,20 @@ def _dense(grad: Any) -> np.ndarray:
     if isinstance(grad, Tensor):
         return as_array(grad.value)
     return as_array(grad)
+
+
+def _slot_variable(strategy: Any, var: Any, name: str) -> Any:
+    """A zero slot for ``var``, colocated with it (TF's rule).
+
+    A single-copy variable on a GPU keeps its slots on that GPU even when the optimizer builds
+    them outside the variable's strategy scope; otherwise the slot is a variable of
+    ``strategy`` (which places it where the strategy places variables).
+    """
+    zeros = np.zeros(var.shape, var.dtype)
+    device = getattr(var, "device", None)
+    if type(var) is Variable and isinstance(device, str) and device.startswith("gpu:"):
+        return Variable(zeros, name=name, trainable=False, device=device)
+    return strategy.Variable(zeros, name=name, trainable=False)
 
 
 def _read(var: Any) -> Any:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from hpcdist._xp import as_array, as_array_like, device_of, is_device_array, put
+from hpcdist._xp import as_array, as_array_like, device_of, device_scope, is_device_array, put
 from hpcdist.comm.ops import ReduceOp
 from hpcdist.errors import UnavailableError
 from hpcdist.strategies.values import Mirrored, local_results
@@ -46,7 +46,8 @@ class CrossDeviceOps:
         values = [as_array(v) for v in local_results(per_replica_value)]
         out = self._combine(ReduceOp.SUM if op is ReduceOp.MEAN else op, values)
         if op is ReduceOp.MEAN:
-            out = out / len(values) if out.dtype.kind in "fc" else out // len(values)
+            with device_scope(device_of(out)):
+                out = out / len(values) if out.dtype.kind in "fc" else out // len(values)
         return Mirrored([_copy_to(out, v) for v in values])
 
     def batch_reduce(
@@ -71,9 +72,10 @@ class ReductionToOneDevice(CrossDeviceOps):
     def _combine(self, op: ReduceOp, values: Sequence[np.ndarray]) -> np.ndarray:
         if op is ReduceOp.SUM and self.accumulation_fn is not None:
             return as_array(self.accumulation_fn(list(values)))
-        out = values[0].copy()
-        for v in values[1:]:
-            out = op.ufunc(out, as_array_like(v, out))
+        with device_scope(device_of(values[0])):  # accumulate on the first replica's device
+            out = values[0].copy()
+            for v in values[1:]:
+                out = op.ufunc(out, as_array_like(v, out))
         return out
 
 
@@ -92,14 +94,15 @@ class HierarchicalCopyAllReduce(CrossDeviceOps):
     def _combine(self, op: ReduceOp, values: Sequence[np.ndarray]) -> np.ndarray:
         level = [v for v in values]
         while len(level) > 1:
-            nxt = [
-                op.ufunc(level[i], as_array_like(level[i + 1], level[i]))
-                for i in range(0, len(level) - 1, 2)
-            ]
+            nxt = []
+            for i in range(0, len(level) - 1, 2):
+                with device_scope(device_of(level[i])):  # each pair adds on its left device
+                    nxt.append(op.ufunc(level[i], as_array_like(level[i + 1], level[i])))
             if len(level) % 2:
                 nxt.append(level[-1])
             level = nxt
-        return level[0].copy()
+        with device_scope(device_of(level[0])):
+            return level[0].copy()
 
 
 class NcclAllReduce(CrossDeviceOps):
@@ -137,8 +140,10 @@ class NcclAllReduce(CrossDeviceOps):
     def reduce(self, reduce_op: ReduceOp | str, per_replica_value: Any, destinations: Any = None):
         """All-reduce the replicas' CuPy arrays with NCCL; each keeps its result on its GPU.
 
+        Host values (CPU replicas, Python numbers) are reduced on the host instead.
+
         Raises:
-            TypeError: A value is not a CuPy array, or two replicas share a GPU.
+            TypeError: Host and GPU values are mixed, or two replicas share a GPU.
         """
         del destinations
         import cupy
@@ -148,11 +153,12 @@ class NcclAllReduce(CrossDeviceOps):
 
         op = ReduceOp.parse(reduce_op)
         values = list(local_results(per_replica_value))
+        if not any(is_device_array(v) for v in values):  # host values (CPU replicas, scalars)
+            return ReductionToOneDevice().reduce(op, per_replica_value)
         if not all(is_device_array(v) for v in values):
             kinds = sorted({type(v).__name__ for v in values})
             raise TypeError(
-                f"NcclAllReduce reduces CuPy arrays on distinct GPUs, got {kinds}; for CPU "
-                "replicas use ReductionToOneDevice or HierarchicalCopyAllReduce"
+                f"NcclAllReduce reduces CuPy arrays on distinct GPUs, got a mix of {kinds}"
             )
         devices = tuple(v.device.id for v in values)
         if len(set(devices)) != len(devices):
@@ -167,11 +173,11 @@ class NcclAllReduce(CrossDeviceOps):
         try:
             for comm, v, d in zip(comms, values, devices, strict=True):
                 with cupy.cuda.Device(d):
-                    src = cupy.ascontiguousarray(v)
+                    src = cupy.ascontiguousarray(v).reshape(-1)  # 0-d becomes (1,)
                     out = cupy.empty_like(src)
                     stream = cupy.cuda.get_current_stream()
                     comm.allReduce(src.data.ptr, out.data.ptr, src.size, code, wire, stream.ptr)
-                    outs.append(out)
+                    outs.append(out.reshape(v.shape))
                     keep.append(src)
         finally:
             nccl.groupEnd()

@@ -271,10 +271,9 @@ class Strategy:
         op = ReduceOp.parse(reduce_op)
         if op not in _STRATEGY_OPS:
             raise ValueError(f"strategy.reduce supports SUM, MEAN, MIN and MAX, got {op.name}")
+        if axis is None:  # combined where the values live (GPU replicas: on the GPUs)
+            return to_numpy(self._cross_worker(op, [self._local_combine(op, value)])[0])
         parts = [to_numpy(v) for v in local_results(value)]
-        if axis is None:
-            host = parts[0] if len(parts) == 1 else PerReplica(parts)
-            return self._cross_worker(op, [self._local_combine(op, host)])[0]
         error = None
         try:
             axes = [_check_axis(axis, p.ndim) for p in parts]

@@ -17,7 +17,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hpcdist._xp import as_array, as_array_like, device_of, put, to_numpy
+from hpcdist._xp import (
+    as_array,
+    as_array_like,
+    device_of,
+    device_scope,
+    parse_gpu,
+    put,
+    to_numpy,
+)
 from hpcdist.comm.ops import ReduceOp
 from hpcdist.strategies import context
 from hpcdist.strategies.values import PerReplica
@@ -82,6 +90,9 @@ class LocalStorage(Storage):
 
     def __init__(self, value: np.ndarray, device: str | None = None) -> None:
         self.array = put(value, device)
+        # Updates of a GPU copy run on its device, whichever device is current (CuPy requires
+        # it: the optimizer updates every replica's copy from one thread).
+        self._gpu = device if parse_gpu(device) is not None else None
 
     def read(self) -> np.ndarray:
         """The array itself."""
@@ -89,11 +100,19 @@ class LocalStorage(Storage):
 
     def write(self, value: np.ndarray) -> None:
         """Copy ``value`` in (broadcasting and casting to the variable's dtype)."""
-        self.array[...] = as_array_like(value, self.array)
+        if self._gpu is None:
+            self.array[...] = as_array_like(value, self.array)
+            return
+        with device_scope(self._gpu):
+            self.array[...] = as_array_like(value, self.array)
 
     def add(self, delta: np.ndarray) -> None:
         """In-place add."""
-        self.array += as_array_like(delta, self.array)
+        if self._gpu is None:
+            self.array += as_array_like(delta, self.array)
+            return
+        with device_scope(self._gpu):
+            self.array += as_array_like(delta, self.array)
 
 
 class SharedStorage(Storage):

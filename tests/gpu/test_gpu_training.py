@@ -111,8 +111,10 @@ def test_cross_device_ops_on_gpu_values():
     cupy.testing.assert_allclose(nccl.reduce("mean", single).values[0], cupy.arange(4.0))
     with pytest.raises(TypeError, match="one replica per GPU"):
         nccl.reduce("sum", values)  # three replicas on one GPU
-    with pytest.raises(TypeError, match="CuPy arrays"):
-        nccl.reduce("sum", hd.PerReplica([np.ones(2)]))
+    host = nccl.reduce("sum", hd.PerReplica([np.ones(2), np.ones(2)]))  # reduced on the host
+    np.testing.assert_array_equal(host.values[1], [2.0, 2.0])
+    with pytest.raises(TypeError, match="a mix of"):
+        nccl.reduce("sum", hd.PerReplica([np.ones(2), cupy.ones(2)]))
 
 
 def test_mirrored_strategy_on_every_local_gpu():
