@@ -419,9 +419,10 @@ class Communicator:
         self._check(header, deadline, local_error)
         compress = opts.compression if arr.dtype.kind == "f" and op.code <= 2 else None
         backend = backend or self._nccl_for(arr, allreduce=True)
-        result = reduce_on_device(backend, arr, op, self.size, compress, deadline)
+        result = reduce_on_device(backend, arr, op, self.size, compress, deadline, in_place)
         if in_place:
-            arr[...] = result
+            if result.data.ptr != arr.data.ptr or not arr.flags.c_contiguous:
+                arr[...] = result
             return x
         return result
 

@@ -58,30 +58,32 @@ def device_reduce_error(dtype: np.dtype, op: ReduceOp) -> str | None:
 
 def _wire(
     flat: Any, op: ReduceOp, compress: str | None, float16: bool = True
-) -> tuple[Any, int | None, str]:
-    """The buffer NCCL reduces, its NCCL type override, and how to convert it back.
+) -> tuple[Any, int | None, str, bool]:
+    """The wire form of ``flat``: buffer, NCCL type override, conversion back, fresh or not.
 
-    Without ``float16`` (CUDA-aware MPI) float16 is widened to float32 and bf16 compression
-    becomes fp16's type, float16, widened too: MPI reduces neither 16-bit float type.
+    The buffer is fresh (a conversion) or a view of ``flat``. Without ``float16`` (CUDA-aware
+    MPI) float16 is widened to float32, and so are compressed arrays: MPI reduces neither
+    16-bit float type.
     """
     xp = _xp(flat)
     dtype = flat.dtype
     if not float16:
         if dtype == np.float16 or compress:
-            return flat.astype(xp.float32), None, "cast"
+            return flat.astype(xp.float32), None, "cast", True
         compress = None
     if compress == "bf16":
-        return float32_to_bf16(flat.astype(xp.float32, copy=False)), NCCL_BFLOAT16, "bf16"
+        bits = float32_to_bf16(flat.astype(xp.float32, copy=False))
+        return bits, NCCL_BFLOAT16, "bf16", True
     if compress == "fp16" and dtype != np.float16:
-        return flat.astype(xp.float16), None, "cast"
+        return flat.astype(xp.float16), None, "cast", True
     if dtype.kind == "b":
-        return flat.view(xp.uint8).copy(), None, "bool"
+        return flat.view(xp.uint8), None, "bool", False
     if dtype.kind == "c":
-        return flat.view(xp.float32 if dtype == np.complex64 else xp.float64).copy(), None, "view"
+        return flat.view(xp.float32 if dtype == np.complex64 else xp.float64), None, "view", False
     if nccl_dtype(dtype) is None:  # int16, uint16: widen
         wide = xp.int64 if dtype.kind == "u" else xp.int32
-        return flat.astype(wide), None, "cast"
-    return flat.copy(), None, ""
+        return flat.astype(wide), None, "cast", True
+    return flat, None, "", False
 
 
 def _xp(x: Any) -> Any:
@@ -96,16 +98,21 @@ def reduce_on_device(
     size: int,
     compress: str | None,
     deadline: Deadline,
+    in_place: bool = False,
 ) -> Any:
-    """All-reduce the CuPy array ``x`` (any shape) and return a new array of its dtype.
+    """All-reduce the CuPy array ``x`` (any shape) and return the result in ``x``'s dtype.
 
-    MEAN is a SUM followed by a division on the device (floor division for integers).
+    The result is a new array, or with ``in_place`` the memory of a contiguous ``x`` itself
+    (reduced there directly when no conversion is needed). MEAN is a SUM followed by a
+    division on the device (floor division for integers).
     """
     xp = _xp(x)
     flat = xp.ascontiguousarray(x).reshape(-1)
-    work, nccl_type, back = _wire(flat, op, compress, getattr(nccl, "carries_float16", True))
+    src, nccl_type, back, fresh = _wire(flat, op, compress, getattr(nccl, "carries_float16", True))
+    # A converted copy, or the caller's own buffer, is reduced in place.
+    work = src if fresh or (in_place and x.flags.c_contiguous) else xp.empty_like(src)
     wire_op = ReduceOp.SUM if op is ReduceOp.MEAN else op
-    nccl.allreduce(work, work, wire_op, None, deadline, nccl_type)
+    nccl.allreduce(src, work, wire_op, None, deadline, nccl_type)
     if back == "bf16":
         out = bf16_to_float32(work).astype(x.dtype, copy=False)
     elif back == "bool":
@@ -164,7 +171,7 @@ def reduce_scatter_on_device(
     for r, count in enumerate(rows):
         padded[r, :count] = x[start : start + count]
         start += count
-    work, nccl_type, back = _wire(padded.reshape(-1), op, None)
+    work, nccl_type, back, _ = _wire(padded.reshape(-1), op, None)
     if nccl_type is not None or back not in ("", "cast", "bool"):
         raise TypeError(f"reduce_scatter on the GPU does not support dtype {x.dtype}")
     block = work.size // size

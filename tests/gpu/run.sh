@@ -33,6 +33,11 @@ if [ -z "$py" ]; then
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1
+# Wheels carried to a machine without network (e.g. the mpich wheel, see docs/gpus.md).
+if compgen -G ".whl/*.whl" >/dev/null; then
+  "$py" -m pip install -q --no-index --no-deps --no-compile --target /tmp/hpcdist-site .whl/*.whl &&
+    export PYTHONPATH=$PYTHONPATH:/tmp/hpcdist-site
+fi
 "$py" -c "from mpi4py import MPI; print(MPI.Get_library_version().splitlines()[0])" || {
   echo "mpi4py finds no MPI library: pip install mpich (or carry its wheel)" >&2
   exit 2

@@ -48,7 +48,9 @@ def test_backend_contract_on_the_device():
 @pytest.mark.parametrize("op", ["sum", "mean", "min", "max", "prod"])
 def test_allreduce_stays_on_the_device(comm, dtype, op):
     x = (cupy.arange(24) % 5 + 1).astype(dtype).reshape(2, 3, 4)
+    keep = x.copy()
     out = comm.allreduce(x, op)
+    cupy.testing.assert_array_equal(x, keep)  # the input is left alone
     assert isinstance(out, cupy.ndarray) and out.dtype == x.dtype and out.shape == x.shape
     assert out.device.id == x.device.id
     host = cupy.asnumpy(x)
@@ -67,6 +69,11 @@ def test_bool_complex_and_in_place(comm):
     same = comm.allreduce_(y, "sum")
     assert same is y
     cupy.testing.assert_allclose(y, 3 * comm.size)
+    strided = cupy.ones((6, 4), dtype=cupy.int16)[:, ::2]  # not contiguous, widened on the wire
+    assert comm.allreduce_(strided, "mean") is strided
+    cupy.testing.assert_array_equal(strided, cupy.ones((6, 2), dtype=cupy.int16))
+    flags = cupy.array([True, False])
+    assert comm.allreduce_(flags, "min") is flags
 
 
 def test_compression_on_the_device(comm):

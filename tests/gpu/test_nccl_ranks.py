@@ -22,6 +22,8 @@ NCCL = hd.CommunicationOptions(implementation="nccl")
 @pytest.fixture(scope="module")
 def comm():
     world = hd.comm.world()
+    if world.size < 2:  # also without pytest-mpi, which skips mpi-marked tests itself
+        pytest.skip("run under mpiexec with at least 2 ranks")
     if cupy.cuda.runtime.getDeviceCount() < world.local_size:
         pytest.skip(f"needs {world.local_size} GPUs per node, one per rank")
     bind_gpu(world.local_rank)
