@@ -19,6 +19,7 @@ __all__ = [
     "array_module",
     "as_array",
     "as_array_like",
+    "current_gpu",
     "device_of",
     "device_scope",
     "import_cupy",
@@ -73,6 +74,17 @@ def device_scope(device: str | None) -> contextlib.AbstractContextManager:
     if gpu is None:
         return contextlib.nullcontext()
     return import_cupy(f"device {device!r}").cuda.Device(gpu)
+
+
+def current_gpu() -> str | None:
+    """CuPy's current device as ``"gpu:N"`` (per thread), or None when CuPy is not in use."""
+    cupy = sys.modules.get("cupy")
+    if cupy is None:
+        return None
+    try:
+        return f"gpu:{cupy.cuda.Device().id}"
+    except Exception:  # CuPy without a driver or device
+        return None
 
 
 def put(value: Any, device: str | None, dtype: Any = None, copy: bool = True) -> Any:

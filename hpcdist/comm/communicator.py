@@ -28,7 +28,7 @@ from mpi4py.util import pkl5
 
 from hpcdist import abort
 from hpcdist._split import balanced_sizes
-from hpcdist._xp import is_device_array
+from hpcdist._xp import current_gpu, device_scope, is_device_array
 from hpcdist.cluster.topology import NodeLayout, node_layout, split_node
 from hpcdist.comm import fusion
 from hpcdist.comm.arrays import check_reducible, to_host, wire_dtype
@@ -298,12 +298,13 @@ class Communicator:
             return Handle(None, fn(*args, **kwargs))
         if self._executor is None:
             self._executor = concurrent.futures.ThreadPoolExecutor(1, "hpcdist-comm")
-        future = self._executor.submit(self._run, fn, *args, **kwargs)
+        # CUDA's current device is per thread: the collective runs on the caller's.
+        future = self._executor.submit(self._run, current_gpu(), fn, *args, **kwargs)
         self._pending.append(future)
         return Handle(future)
 
-    def _run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        with self._lock:
+    def _run(self, device: str | None, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        with self._lock, device_scope(device):
             return fn(*args, **kwargs)
 
     def _sync(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -290,18 +290,20 @@ class HierarchicalNcclBackend:
             verify_headers(self.comm, header, deadline)
         self.node.allreduce(src, dst, op, None, deadline, nccl_type)
         if self.leader_comm != MPI.COMM_NULL and self.leader_comm.Get_size() > 1:
-            if nccl_type is not None:
-                raise TypeError("MPI has no bfloat16 type: use compression='fp16' across nodes")
             cupy = self.node._cupy
+            # MPI has no bfloat16: the node sums cross the network as float32.
+            wide = bf16_to_float32(dst) if nccl_type == NCCL_BFLOAT16 else dst
             if self.cuda_aware:
                 cupy.cuda.get_current_stream().synchronize()
-                buf = dst
+                buf = wide
             else:
-                buf = stage_to_host(dst)
+                buf = stage_to_host(wide)
             request = self.leader_comm.Iallreduce(MPI.IN_PLACE, buf, op=op.mpi)
             wait_request(request, deadline, deadline.timeout is None)
-            if buf is not dst:
-                dst.set(buf)
+            if buf is not wide:
+                wide.set(buf)
+            if wide is not dst:
+                dst[...] = float32_to_bf16(wide)
         self.node.broadcast(dst, 0, None, deadline)
 
     def close(self) -> None:

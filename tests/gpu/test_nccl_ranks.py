@@ -119,10 +119,25 @@ def test_hierarchical_nccl_over_fake_nodes(comm):
     hier = hd.Communicator(options=NCCL, settings=settings)
     x = cupy.arange(1000, dtype=cupy.float32) * (hier.rank + 1)
     out = hier.allreduce(x, "sum")
-    cupy.testing.assert_allclose(out, np.arange(1000) * sum(range(1, hier.size + 1)))
+    total = sum(range(1, hier.size + 1))
+    cupy.testing.assert_allclose(out, np.arange(1000) * total)
+    for codec in ("fp16", "bf16"):  # bf16 crosses the leaders' MPI link as float32
+        opts = hd.CommunicationOptions(implementation="nccl", compression=codec)
+        got = hier.allreduce(x / 1000, "sum", opts)
+        cupy.testing.assert_allclose(got, np.arange(1000) / 1000 * total, rtol=2e-2, atol=2e-2)
     if hier.num_nodes > 1:
         assert type(hier._nccl_hier).__name__ == "HierarchicalNcclBackend"
     hier.close()
+
+
+def test_async_collective_runs_on_the_callers_gpu(comm):
+    device = cupy.cuda.Device().id
+    x = cupy.ones(16, dtype=cupy.float32)  # on this rank's GPU, maybe not GPU 0
+    assert x.device.id == device
+    handle = comm.allreduce_async(x, "sum")
+    out = handle.wait()
+    assert out.device.id == device
+    cupy.testing.assert_allclose(out, comm.size)
 
 
 def test_multi_worker_training_on_gpus(comm):
