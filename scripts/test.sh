@@ -61,6 +61,13 @@ for n in 2 3 4; do
   PYTHONPATH=tests/devicesim bounded "NCCL across $n ranks (simulator)" \
     mpiexec -n "$n" bash tests/mpi_pytest.sh -q tests/gpu/test_nccl_ranks.py
 done
+echo "== unit tests and the MPI suite with GPUs visible (simulator: strategies bind GPUs, NCCL)"
+PYTHONPATH=tests/devicesim bounded "unit (simulator)" \
+  python -m pytest -q -p no:cacheprovider tests/unit
+for n in 2 4; do
+  PYTHONPATH=tests/devicesim bounded "mpiexec -n $n (simulator)" \
+    mpiexec -n "$n" bash tests/mpi_pytest.sh -q tests/mpi
+done
 echo "== GPU benchmarks run end to end on the simulator (smoke run: figures meaningless)"
 PYTHONPATH=tests/devicesim bounded "allreduce --gpu (simulator)" \
   python benchmarks/allreduce.py --gpu --max-mib 1 --rounds 1 --budget 0.05 >/dev/null

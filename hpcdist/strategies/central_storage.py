@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from hpcdist.cluster.gpus import bind_gpu, visible_gpu_count
 from hpcdist.comm.communicator import Communicator
 from hpcdist.strategies.mirrored import local_devices, parse_device
 from hpcdist.strategies.strategy import Strategy, StrategyExtended
@@ -56,7 +57,8 @@ class CentralStorageStrategy(Strategy):
     """Variables on one parameter device (or in node shared memory), compute replicated.
 
     Args:
-        compute_devices: Local replicas' devices; default every visible GPU, else ``cpu:0``.
+        compute_devices: Local replicas' devices; default every visible GPU (one process) or
+            this rank's GPU (several ranks), else ``cpu:0``.
         parameter_device: Where variables live in one process; default ``cpu:0``.
 
     Raises:
@@ -67,9 +69,13 @@ class CentralStorageStrategy(Strategy):
     def __init__(
         self, compute_devices: Sequence[str] | None = None, parameter_device: str | None = None
     ) -> None:
-        devices = local_devices(compute_devices, "compute_devices")
         parameter = parse_device(parameter_device or "cpu:0")
         comm = Communicator()
+        if compute_devices is None and comm.size > 1:
+            # Several ranks on the node: each computes on its own GPU (or the CPU).
+            gpu = bind_gpu(comm.local_rank) if visible_gpu_count() else None
+            compute_devices = [f"gpu:{gpu}" if gpu is not None else "cpu:0"]
+        devices = local_devices(compute_devices, "compute_devices")
         if comm.num_nodes > 1:
             comm.close()
             raise ValueError(
