@@ -149,14 +149,14 @@ class SharedStorage(Storage):
         """Collective: the leader writes between two node barriers."""
         self.comm.Barrier()
         if self.leader:
-            self.array[...] = value
+            self.array[...] = to_numpy(value)  # host memory: a GPU value is copied back
         self.comm.Barrier()
 
     def add(self, delta: np.ndarray) -> None:
         """Collective: the leader adds between two node barriers."""
         self.comm.Barrier()
         if self.leader:
-            self.array += delta
+            self.array += to_numpy(delta)
         self.comm.Barrier()
 
 
