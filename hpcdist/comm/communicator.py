@@ -339,7 +339,7 @@ class Communicator:
         writeable = (type(x) is np.ndarray and x.flags.writeable) or on_device
         if in_place and error is None and not writeable:
             error = (
-                f"allreduce_ works in place on writeable numpy (or NCCL-carried CuPy) arrays "
+                f"allreduce_ works in place on writeable numpy (or device-carried CuPy) arrays "
                 f"only, got {type(x).__name__}"
             )
         kind_of_error = UnavailableError if error and error == why else TypeError

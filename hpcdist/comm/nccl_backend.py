@@ -29,6 +29,7 @@ __all__ = [
     "bf16_to_float32",
     "float32_to_bf16",
     "nccl_dtype",
+    "nccl_op",
 ]
 
 # ncclDataType_t values (nccl.h); bfloat16 buffers are uint16 bit patterns.
@@ -48,6 +49,11 @@ _NCCL_DTYPES = {
 NCCL_BFLOAT16 = 9
 # ncclRedOp_t values
 _NCCL_OPS = {ReduceOp.SUM: 0, ReduceOp.PROD: 1, ReduceOp.MAX: 2, ReduceOp.MIN: 3}
+
+
+def nccl_op(op: ReduceOp) -> int | None:
+    """NCCL's code for ``op`` (SUM, PROD, MAX, MIN), or None (MEAN is a SUM and a division)."""
+    return _NCCL_OPS.get(op)
 
 
 def nccl_dtype(dtype: np.dtype) -> int | None:

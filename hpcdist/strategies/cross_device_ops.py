@@ -149,7 +149,7 @@ class NcclAllReduce(CrossDeviceOps):
         import cupy
         from cupy.cuda import nccl
 
-        from hpcdist.comm.nccl_backend import _NCCL_OPS, nccl_dtype
+        from hpcdist.comm.nccl_backend import nccl_dtype, nccl_op
 
         op = ReduceOp.parse(reduce_op)
         values = list(local_results(per_replica_value))
@@ -164,9 +164,9 @@ class NcclAllReduce(CrossDeviceOps):
         if len(set(devices)) != len(devices):
             raise TypeError(f"NcclAllReduce needs one replica per GPU, got devices {devices}")
         code = nccl_dtype(values[0].dtype)
-        if code is None or (op not in _NCCL_OPS and op is not ReduceOp.MEAN):
+        wire = nccl_op(ReduceOp.SUM if op is ReduceOp.MEAN else op)
+        if code is None or wire is None:
             raise TypeError(f"NCCL cannot reduce dtype {values[0].dtype} with {op.name}")
-        wire = _NCCL_OPS[ReduceOp.SUM if op is ReduceOp.MEAN else op]
         comms = self._communicators(devices)
         outs, keep = [], []  # inputs stay referenced until the group has been enqueued
         nccl.groupStart()
