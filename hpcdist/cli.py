@@ -36,9 +36,9 @@ def _cuda_report() -> tuple[str, str]:
 def _cuda_aware_mpi() -> str:
     from mpi4py import MPI
 
-    import hpcdist
+    from hpcdist.settings import get_settings
 
-    if hpcdist.settings.get_settings().cuda_aware_mpi:
+    if get_settings().cuda_aware_mpi:
         return "yes (HPCDIST_CUDA_AWARE_MPI=1: GPU buffers go to MPI directly)"
     hint = " (the library mentions CUDA: try HPCDIST_CUDA_AWARE_MPI=1)"
     mentions = "CUDA" in MPI.Get_library_version().upper()

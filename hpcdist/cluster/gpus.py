@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 
-__all__ = ["bind_gpu", "bound_gpu", "parse_visible_devices", "pick_gpu", "visible_gpu_count"]
+__all__ = ["bind_gpu", "parse_visible_devices", "pick_gpu", "visible_gpu_count"]
 
 
 def parse_visible_devices(value: str | None) -> list[str] | None:
@@ -62,16 +62,12 @@ def pick_gpu(local_rank: int, count: int, requested: int | None = None) -> int |
     return local_rank % count
 
 
-_bound: int | None = None
-
-
 def bind_gpu(local_rank: int | None = None) -> int | None:
     """Make this rank's GPU CuPy's current device and return its ordinal (None without GPUs).
 
     Args:
         local_rank: Rank on this node; default from `hpcdist.cluster.resolve()`.
     """
-    global _bound
     count = visible_gpu_count()
     if count == 0:
         return None
@@ -85,10 +81,4 @@ def bind_gpu(local_rank: int | None = None) -> int | None:
     import cupy
 
     cupy.cuda.Device(device).use()
-    _bound = device
     return device
-
-
-def bound_gpu() -> int | None:
-    """The ordinal `bind_gpu` chose, or None before it ran (or without GPUs)."""
-    return _bound

@@ -19,7 +19,9 @@ import numpy as np
 from mpi4py import MPI
 
 from hpcdist._xp import import_cupy
+from hpcdist.comm.arrays import stage_to_host
 from hpcdist.comm.checks import Deadline, Header, verify_headers
+from hpcdist.comm.mpi_backend import wait_request
 from hpcdist.comm.ops import ReduceOp
 from hpcdist.errors import ClusterConfigError, UnavailableError
 
@@ -139,9 +141,6 @@ class NcclBackend:
 
     def check_device(self, *arrays: Any) -> None:
         """Raise `ValueError` unless every array is on this backend's GPU."""
-        self._check_device(*arrays)
-
-    def _check_device(self, *arrays: Any) -> None:
         for a in arrays:
             if a.device.id != self.device:
                 raise ValueError(
@@ -188,7 +187,7 @@ class NcclBackend:
         """
         if header is not None:
             verify_headers(self.comm, header, deadline, self.ranks)
-        self._check_device(src, dst)
+        self.check_device(src, dst)
         stream = self._stream()
         with self._cupy.cuda.Device(self.device):
             self.communicator.allReduce(
@@ -205,7 +204,7 @@ class NcclBackend:
         """Copy ``buf`` of rank ``root`` into ``buf`` on every rank."""
         if header is not None:
             verify_headers(self.comm, header, deadline, self.ranks)
-        self._check_device(buf)
+        self.check_device(buf)
         stream = self._stream()
         with self._cupy.cuda.Device(self.device):
             self.communicator.bcast(
@@ -215,7 +214,7 @@ class NcclBackend:
 
     def allgather(self, src: Any, dst: Any, deadline: Deadline) -> None:
         """Concatenate every rank's ``src`` (equal sizes) into ``dst``, in rank order."""
-        self._check_device(src, dst)
+        self.check_device(src, dst)
         stream = self._stream()
         with self._cupy.cuda.Device(self.device):
             self.communicator.allGather(
@@ -225,7 +224,7 @@ class NcclBackend:
 
     def reduce_scatter(self, src: Any, dst: Any, op: ReduceOp, deadline: Deadline) -> None:
         """Reduce ``src`` (``size * dst.size`` elements) and keep this rank's block in ``dst``."""
-        self._check_device(src, dst)
+        self.check_device(src, dst)
         stream = self._stream()
         with self._cupy.cuda.Device(self.device):
             self.communicator.reduceScatter(
@@ -289,9 +288,6 @@ class HierarchicalNcclBackend:
         nccl_type: int | None = None,
     ) -> None:
         """Node all-reduce with NCCL, leaders' MPI all-reduce, node broadcast with NCCL."""
-        from hpcdist.comm.arrays import stage_to_host
-        from hpcdist.comm.mpi_backend import wait_request
-
         if header is not None:
             verify_headers(self.comm, header, deadline)
         self.node.allreduce(src, dst, op, None, deadline, nccl_type)

@@ -65,7 +65,7 @@ def _wire(
     MPI) float16 is widened to float32, and so are compressed arrays: MPI reduces neither
     16-bit float type.
     """
-    xp = _xp(flat)
+    xp = array_module(flat)
     dtype = flat.dtype
     if not float16:
         if dtype == np.float16 or compress:
@@ -86,11 +86,6 @@ def _wire(
     return flat, None, "", False
 
 
-def _xp(x: Any) -> Any:
-    """The array module of ``x`` (always CuPy here)."""
-    return array_module(x)
-
-
 def reduce_on_device(
     nccl: NcclBackend | CudaAwareMpiBackend,
     x: Any,
@@ -106,7 +101,7 @@ def reduce_on_device(
     (reduced there directly when no conversion is needed). MEAN is a SUM followed by a
     division on the device (floor division for integers).
     """
-    xp = _xp(x)
+    xp = array_module(x)
     flat = xp.ascontiguousarray(x).reshape(-1)
     src, nccl_type, back, fresh = _wire(flat, op, compress, getattr(nccl, "carries_float16", True))
     # A converted copy, or the caller's own buffer, is reduced in place.
@@ -142,7 +137,7 @@ def allgather_on_device(nccl: NcclBackend, x: Any, rows: Sequence[int], deadline
 
     NCCL gathers equal counts, so uneven blocks are padded to the largest and compacted after.
     """
-    xp = _xp(x)
+    xp = array_module(x)
     size, most = len(rows), max(rows)
     rest = x.shape[1:]
     send = xp.zeros((most, *rest), dtype=x.dtype)
@@ -163,7 +158,7 @@ def reduce_scatter_on_device(
     deadline: Deadline,
 ) -> Any:
     """Reduce ``x`` over ranks and return rank ``rank``'s ``rows[rank]`` rows (on the device)."""
-    xp = _xp(x)
+    xp = array_module(x)
     size, most = len(rows), max(rows)
     rest = x.shape[1:]
     padded = xp.zeros((size, most, *rest), dtype=x.dtype)
