@@ -342,8 +342,7 @@ class Communicator:
                 f"allreduce_ works in place on writeable numpy (or device-carried CuPy) arrays "
                 f"only, got {type(x).__name__}"
             )
-        kind_of_error = UnavailableError if error and error == why else TypeError
-        local_error = kind_of_error(f"rank {self.rank}: {error}") if error else None
+        local_error = self._rank_error(error, why)
         reduce = self._reduce_device(path) if on_device else self._reduce
         return self._guard(
             lambda: reduce(x, arr, back, op, opts, header, deadline, local_error, in_place)
@@ -373,6 +372,17 @@ class Communicator:
                 "cupy.cuda.nccl cannot be loaded"
             )
         return None, None
+
+    def _rank_error(self, error: str | None, why: str | None) -> Exception | None:
+        """This rank's argument error, if any (it poisons the header check).
+
+        `UnavailableError` when the error is ``why`` (NCCL was asked for and cannot load), else
+        `TypeError`.
+        """
+        if not error:
+            return None
+        kind = UnavailableError if error == why else TypeError
+        return kind(f"rank {self.rank}: {error}")
 
     def _nccl_for(self, x: Any, allreduce: bool = False) -> Any:
         """The NCCL backend (created on first use, collectively, on ``x``'s GPU).
@@ -623,7 +633,7 @@ class Communicator:
             error = nccl_error or check_reducible(packed.dtype, op)
             if on_device and error is None:
                 error = device_reduce_error(packed.dtype, op)
-            local_error = TypeError(f"rank {self.rank}: {error}") if error else None
+            local_error = self._rank_error(error, nccl_error)
             reduced = self._guard(
                 lambda p=packed, h=header, d=deadline, e=local_error: reduce(
                     p, p, None, op, opts, h, d, e, True
@@ -676,7 +686,7 @@ class Communicator:
             lambda seq: Header(seq, kind, 0, ord(arr.dtype.char), arr.shape, root + 1),
             opts,
         )
-        error: Exception | None = UnavailableError(f"rank {self.rank}: {why}") if why else None
+        error = self._rank_error(why, why)
         if not isinstance(root, (int, np.integer)) or not 0 <= root < self.size:
             error = ValueError(
                 f"rank {self.rank}: broadcast root must be in [0, {self.size}), got {root!r}"
@@ -744,7 +754,7 @@ class Communicator:
             lambda seq: Header(seq, kind, 0, ord(arr.dtype.char), arr.shape[1:]),
             opts,
         )
-        error = UnavailableError(f"rank {self.rank}: {why}") if why else None
+        error = self._rank_error(why, why)
 
         def run() -> Any:
             self._check(header, deadline, error)
@@ -794,8 +804,7 @@ class Communicator:
             error = "reduce_scatter needs an array with at least one axis"
         if error is None and on_device and arr.dtype.kind == "c":
             error = "reduce_scatter of complex GPU arrays is not supported by NCCL"
-        kind_of_error = UnavailableError if error and error == why else TypeError
-        local_error = kind_of_error(f"rank {self.rank}: {error}") if error else None
+        local_error = self._rank_error(error, why)
 
         def run() -> Any:
             self._check(header, deadline, local_error)

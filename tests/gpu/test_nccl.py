@@ -123,3 +123,23 @@ def test_array_on_another_device_is_rejected(comm):
         other = cupy.ones(2)
     with pytest.raises(ValueError, match="GPU 1"):
         comm.allreduce(other, "sum")
+
+
+def test_nccl_asked_for_but_missing_is_unavailable_for_every_collective(monkeypatch):
+    import hpcdist.comm.communicator as communicator
+
+    monkeypatch.setattr(communicator, "nccl_available", lambda: False)
+    comm = hd.Communicator(options=NCCL)
+    x = cupy.ones((4, 2), dtype=cupy.float32)
+    calls = [
+        lambda: comm.allreduce(x, "sum"),
+        lambda: comm.grouped_allreduce([x, x[0]], "sum"),
+        lambda: comm.broadcast(x),
+        lambda: comm.allgather(x),
+        lambda: comm.reduce_scatter(x, "sum"),
+    ]
+    for call in calls:
+        with pytest.raises(hd.errors.UnavailableError, match="needs CuPy with NCCL"):
+            call()
+    staged = comm.allreduce(x, "sum", hd.CommunicationOptions(implementation="mpi"))
+    assert isinstance(staged, cupy.ndarray)  # other implementations stage through the host
