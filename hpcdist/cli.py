@@ -1,4 +1,4 @@
-"""The ``hpcdist`` command: ``info``, ``run`` and ``bench`` (API section 7)."""
+"""The ``hpcdist`` command: ``info``, ``run`` and ``bench``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Errors raised by hpcdist (API section 8).
+"""Errors raised by hpcdist.
 
 Every error that involves several ranks says which ranks, which operation and what each rank
 sent, so that a failure on a large job can be read from any one rank's log.

@@ -1,4 +1,4 @@
-"""Checkpoints (API section 6): atomic HDF5 files, TF's manager rules, preemption handling."""
+"""Checkpoints: atomic HDF5 files, TF's manager rules, preemption handling."""
 
 from hpcdist.checkpoint.checkpoint import Checkpoint, CheckpointLoadStatus, CheckpointOptions
 from hpcdist.checkpoint.format import CheckpointError

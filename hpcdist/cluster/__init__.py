@@ -1,4 +1,4 @@
-"""Cluster resolution: who is in the job and where (API section 1)."""
+"""Cluster resolution: who is in the job and where."""
 
 from hpcdist.cluster.base import ROLES, ClusterResolver, assign_jobs, format_master_url, is_chief
 from hpcdist.cluster.hostlist import compress_hostlist, expand_hostlist, expand_tasks_per_node

@@ -1,9 +1,9 @@
-"""Collective communication on numpy arrays (API section 2)."""
+"""Collective communication on numpy arrays."""
 
 from hpcdist.comm.backend import Backend
 from hpcdist.comm.communicator import Communicator, Handle, world
-from hpcdist.comm.ops import ReduceOp
 from hpcdist.comm.options import CommunicationImplementation, CommunicationOptions
+from hpcdist.comm.reduce_op import ReduceOp
 
 __all__ = [
     "Backend",

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from hpcdist.comm.ops import ReduceOp
+from hpcdist.comm.reduce_op import ReduceOp
 
 __all__ = ["check_reducible", "stage_to_host", "to_host", "wire_dtype"]
 

@@ -12,7 +12,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from hpcdist.comm.checks import Deadline, Header
-from hpcdist.comm.ops import ReduceOp
+from hpcdist.comm.reduce_op import ReduceOp
 
 __all__ = ["Backend"]
 

@@ -27,8 +27,6 @@ from mpi4py import MPI
 from mpi4py.util import pkl5
 
 from hpcdist import abort
-from hpcdist._split import balanced_sizes
-from hpcdist._xp import current_gpu, device_scope, is_device_array
 from hpcdist.cluster.topology import NodeLayout, node_layout, split_node
 from hpcdist.comm import fusion
 from hpcdist.comm.arrays import check_reducible, to_host, wire_dtype
@@ -53,12 +51,14 @@ from hpcdist.comm.nccl_ops import (
     reduce_on_device,
     reduce_scatter_on_device,
 )
-from hpcdist.comm.ops import ReduceOp
 from hpcdist.comm.options import CommunicationImplementation, CommunicationOptions
+from hpcdist.comm.reduce_op import ReduceOp
 from hpcdist.comm.ring import RingBackend, ring_allreduce
 from hpcdist.comm.shm_backend import ShmBackend
 from hpcdist.errors import CollectiveMismatchError, DeadlineExceededError, UnavailableError
 from hpcdist.settings import Settings, get_settings
+from hpcdist.utils.split import balanced_sizes
+from hpcdist.utils.xp import current_gpu, device_scope, is_device_array
 
 __all__ = ["Communicator", "Handle", "world"]
 
@@ -110,7 +110,7 @@ class Handle:
 
 
 class Communicator:
-    """Collectives over a group of ranks (API section 2).
+    """Collectives over a group of ranks.
 
     Construction is collective over ``comm``. On more than one rank it installs the
     abort-on-exception hook (`hpcdist.abort`) unless ``HPCDIST_ABORT_ON_EXCEPTION=0``.

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from hpcdist._xp import array_module
+from hpcdist.utils.xp import array_module
 
 __all__ = ["group_by_size", "pack", "plan_packs", "unpack"]
 

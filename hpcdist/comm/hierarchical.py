@@ -15,7 +15,7 @@ from mpi4py import MPI
 
 from hpcdist.comm.checks import Deadline, Header, verify_headers
 from hpcdist.comm.mpi_backend import wait_request
-from hpcdist.comm.ops import ReduceOp
+from hpcdist.comm.reduce_op import ReduceOp
 from hpcdist.comm.shm_backend import ShmBackend
 
 __all__ = ["HierarchicalBackend"]

@@ -8,7 +8,7 @@ import numpy as np
 from mpi4py import MPI
 
 from hpcdist.comm.checks import Deadline, Header, verify_headers
-from hpcdist.comm.ops import ReduceOp
+from hpcdist.comm.reduce_op import ReduceOp
 
 __all__ = ["MpiBackend", "wait_request"]
 

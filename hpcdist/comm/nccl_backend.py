@@ -18,12 +18,12 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from hpcdist._xp import import_cupy
 from hpcdist.comm.arrays import stage_to_host
 from hpcdist.comm.checks import Deadline, Header, verify_headers
 from hpcdist.comm.mpi_backend import wait_request
-from hpcdist.comm.ops import ReduceOp
+from hpcdist.comm.reduce_op import ReduceOp
 from hpcdist.errors import ClusterConfigError, UnavailableError
+from hpcdist.utils.xp import import_cupy
 
 __all__ = [
     "HierarchicalNcclBackend",

@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from hpcdist._xp import array_module
 from hpcdist.comm.checks import Deadline
 from hpcdist.comm.cuda_mpi import CudaAwareMpiBackend
 from hpcdist.comm.nccl_backend import (
@@ -24,7 +23,8 @@ from hpcdist.comm.nccl_backend import (
     float32_to_bf16,
     nccl_dtype,
 )
-from hpcdist.comm.ops import ReduceOp
+from hpcdist.comm.reduce_op import ReduceOp
+from hpcdist.utils.xp import array_module
 
 __all__ = [
     "allgather_on_device",

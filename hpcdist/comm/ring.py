@@ -15,11 +15,11 @@ from collections.abc import Sequence
 import numpy as np
 from mpi4py import MPI
 
-from hpcdist._split import balanced_bounds
 from hpcdist.comm.checks import Deadline, Header, verify_headers
 from hpcdist.comm.compression import Codec
 from hpcdist.comm.mpi_backend import wait_request
-from hpcdist.comm.ops import ReduceOp
+from hpcdist.comm.reduce_op import ReduceOp
+from hpcdist.utils.split import balanced_bounds
 
 __all__ = ["RingBackend", "ring_allreduce"]
 

@@ -34,7 +34,7 @@ import numpy as np
 from mpi4py import MPI
 
 from hpcdist.comm.checks import HEADER_WORDS, Deadline, Header, mismatch_error
-from hpcdist.comm.ops import ReduceOp
+from hpcdist.comm.reduce_op import ReduceOp
 
 __all__ = ["ShmBackend"]
 

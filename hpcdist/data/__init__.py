@@ -1,4 +1,4 @@
-"""Input pipelines (API section 4): a lazy numpy `Dataset` and tf.distribute's input options."""
+"""Input pipelines: a lazy numpy `Dataset` and tf.distribute's input options."""
 
 from hpcdist.data.dataset import INFINITE, UNKNOWN, Dataset
 from hpcdist.data.options import AutoShardPolicy, InputContext, InputOptions

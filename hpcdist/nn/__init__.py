@@ -1,4 +1,4 @@
-"""Models and training on numpy (API section 5).
+"""Models and training on numpy.
 
 Keras-shaped layers, losses, optimizers, metrics, callbacks and `Model.fit`, with reverse-mode
 autodiff (`GradientTape`).

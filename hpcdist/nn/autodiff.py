@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from hpcdist._xp import array_module, as_array_like, is_device_array, scatter_add, to_numpy
+from hpcdist.utils.xp import array_module, as_array_like, is_device_array, scatter_add, to_numpy
 
 __all__ = [
     "GradientTape",
@@ -229,7 +229,7 @@ class IndexedSlices:
 
     def deduplicate(self) -> IndexedSlices:
         """Sorted unique indices with the rows of repeated ones summed."""
-        from hpcdist._rows import sum_rows
+        from hpcdist.utils.rows import sum_rows
 
         unique, values = sum_rows(self.indices, self.values)
         return IndexedSlices(values, unique, self.dense_shape)

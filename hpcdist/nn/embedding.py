@@ -6,9 +6,9 @@ from typing import Any
 
 import numpy as np
 
-from hpcdist._rows import unique_inverse
 from hpcdist.nn import ops
 from hpcdist.nn.autodiff import RowsOf, Tensor, _state, recording
+from hpcdist.utils.rows import unique_inverse
 
 __all__ = ["embedding_lookup"]
 

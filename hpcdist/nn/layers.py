@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from hpcdist._xp import to_numpy
 from hpcdist.nn import initializers, ops, regularizers
 from hpcdist.nn.autodiff import Tensor, as_tensor
 from hpcdist.strategies import context
+from hpcdist.utils.xp import to_numpy
 
 __all__ = [
     "Activation",

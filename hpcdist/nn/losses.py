@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from hpcdist._xp import array_module, as_array_like
 from hpcdist.nn import ops
 from hpcdist.nn.autodiff import Tensor, as_tensor
+from hpcdist.utils.xp import array_module, as_array_like
 
 __all__ = [
     "BinaryCrossentropy",

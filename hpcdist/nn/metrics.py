@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from hpcdist._xp import to_numpy
 from hpcdist.nn.autodiff import Tensor
 from hpcdist.strategies import context
 from hpcdist.strategies.variables import VariableAggregation, VariableSynchronization
+from hpcdist.utils.xp import to_numpy
 
 __all__ = [
     "Accuracy",

@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from hpcdist._xp import to_numpy
 from hpcdist.data.dataset import Dataset
 from hpcdist.data.nest import flatten
 from hpcdist.nn import losses as losses_mod
@@ -27,6 +26,7 @@ from hpcdist.nn.autodiff import GradientTape, Tensor
 from hpcdist.nn.callbacks import Callback, CallbackList, History, ProgressBar
 from hpcdist.nn.layers import Layer
 from hpcdist.strategies import context
+from hpcdist.utils.xp import to_numpy
 
 __all__ = ["Model", "Sequential"]
 

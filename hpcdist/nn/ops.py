@@ -1,6 +1,6 @@
 """Differentiable operations on `Tensor` (numpy or CuPy forward, hand-written backward).
 
-Each operation computes in the array module of its inputs (`hpcdist._xp.array_module`); a
+Each operation computes in the array module of its inputs (`hpcdist.utils.xp.array_module`); a
 host operand meeting a device one is moved to the device first.
 """
 
@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from hpcdist._xp import array_module, as_array_like, is_device_array, scatter_add
 from hpcdist.nn.autodiff import Tensor, as_tensor, record, unbroadcast
+from hpcdist.utils.xp import array_module, as_array_like, is_device_array, scatter_add
 
 __all__ = [
     "add",

@@ -14,12 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from hpcdist._xp import array_module, as_array
-from hpcdist.comm.ops import ReduceOp
+from hpcdist.comm.reduce_op import ReduceOp
 from hpcdist.nn.autodiff import IndexedSlices, Tensor
 from hpcdist.strategies import context
 from hpcdist.strategies.values import PerReplica
 from hpcdist.strategies.variables import Variable, variable_key
+from hpcdist.utils.xp import array_module, as_array
 
 __all__ = [
     "SGD",

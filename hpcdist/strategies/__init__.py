@@ -1,4 +1,4 @@
-"""Strategies with tf.distribute semantics (API section 3)."""
+"""Strategies with tf.distribute semantics."""
 
 from hpcdist.strategies.central_storage import CentralStorageStrategy
 from hpcdist.strategies.context import (

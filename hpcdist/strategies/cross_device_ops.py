@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from hpcdist._xp import as_array, as_array_like, device_of, device_scope, is_device_array, put
-from hpcdist.comm.ops import ReduceOp
+from hpcdist.comm.reduce_op import ReduceOp
 from hpcdist.errors import UnavailableError
 from hpcdist.strategies.values import Mirrored, local_results
+from hpcdist.utils.xp import as_array, as_array_like, device_of, device_scope, is_device_array, put
 
 __all__ = ["CrossDeviceOps", "HierarchicalCopyAllReduce", "NcclAllReduce", "ReductionToOneDevice"]
 

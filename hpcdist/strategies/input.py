@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hpcdist._split import balanced_bounds
-from hpcdist.comm.ops import ReduceOp
+from hpcdist.comm.reduce_op import ReduceOp
 from hpcdist.data.nest import flatten, map_structure
 from hpcdist.data.options import InputContext
 from hpcdist.strategies.values import PerReplica
+from hpcdist.utils.split import balanced_bounds
 
 if TYPE_CHECKING:
     from hpcdist.strategies.strategy import Strategy

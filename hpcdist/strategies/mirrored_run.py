@@ -14,10 +14,10 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from hpcdist._xp import device_scope
 from hpcdist.strategies import context
 from hpcdist.strategies.replica_context import ReplicaContext
 from hpcdist.strategies.values import DistributedValues, PerReplica
+from hpcdist.utils.xp import device_scope
 
 if TYPE_CHECKING:
     from hpcdist.strategies.strategy import Strategy

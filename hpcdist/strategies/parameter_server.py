@@ -379,7 +379,7 @@ class ParameterServerStrategy(Strategy):
         make = (rt, trainable, synchronization, aggregation)
         if shards == 1:
             return _new_ps_variable(*make, value, name)
-        from hpcdist._split import balanced_bounds
+        from hpcdist.utils.split import balanced_bounds
 
         pieces = [
             _new_ps_variable(*make, value[lo:hi], f"{name}/part_{i}")

@@ -14,15 +14,15 @@ from typing import Any
 
 import numpy as np
 
-from hpcdist._xp import as_array, device_scope, to_numpy
 from hpcdist.comm.communicator import Communicator
-from hpcdist.comm.ops import ReduceOp
+from hpcdist.comm.reduce_op import ReduceOp
 from hpcdist.data.nest import flatten, map_structure
 from hpcdist.strategies import context
 from hpcdist.strategies.cross_device_ops import CrossDeviceOps, ReductionToOneDevice
 from hpcdist.strategies.mirrored_run import run_local_replicas
 from hpcdist.strategies.replica_context import ReplicaContext, _check_axis
 from hpcdist.strategies.values import DistributedValues, PerReplica, local_results
+from hpcdist.utils.xp import as_array, device_scope, to_numpy
 
 __all__ = ["Strategy", "StrategyExtended", "ValueContext"]
 

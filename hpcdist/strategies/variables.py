@@ -17,7 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hpcdist._xp import (
+from hpcdist.comm.reduce_op import ReduceOp
+from hpcdist.strategies import context
+from hpcdist.strategies.values import PerReplica
+from hpcdist.utils.xp import (
     as_array,
     as_array_like,
     device_of,
@@ -26,9 +29,6 @@ from hpcdist._xp import (
     put,
     to_numpy,
 )
-from hpcdist.comm.ops import ReduceOp
-from hpcdist.strategies import context
-from hpcdist.strategies.values import PerReplica
 
 if TYPE_CHECKING:
     from hpcdist.strategies.strategy import Strategy

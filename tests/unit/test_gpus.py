@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 import hpcdist as hd
-from hpcdist import _xp
 from hpcdist.cluster.gpus import parse_visible_devices, pick_gpu
 from hpcdist.errors import UnavailableError
 from hpcdist.settings import Settings
+from hpcdist.utils import xp as _xp
 
 NO_CUPY = importlib.util.find_spec("cupy") is None
 
