@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from hpcdist.checkpoint.format import CheckpointError, read_arrays, write_arrays
+from hpcdist.core import context
+from hpcdist.core.variables import Variable, variable_key
 from hpcdist.log import get_logger
-from hpcdist.strategies import context
-from hpcdist.strategies.variables import Variable, variable_key
 from hpcdist.utils.xp import to_numpy
 
 __all__ = ["Checkpoint", "CheckpointLoadStatus", "CheckpointOptions"]

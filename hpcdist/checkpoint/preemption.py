@@ -55,7 +55,7 @@ class PreemptionCheckpointHandler:
         self._exit_fn = exit_fn
         self._received: int | None = None
         ckpt = checkpoint_manager.checkpoint
-        from hpcdist.strategies import context
+        from hpcdist.core import context
 
         self._counter = context.get_strategy().Variable(
             np.int64(0), name="run_counter", trainable=False

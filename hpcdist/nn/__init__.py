@@ -4,17 +4,17 @@ Keras-shaped layers, losses, optimizers, metrics, callbacks and `Model.fit`, wit
 autodiff (`GradientTape`).
 """
 
+from hpcdist.core import math_ops as ops
+from hpcdist.core.autodiff import GradientTape, IndexedSlices, Tensor, constant
 from hpcdist.nn import (
     callbacks,
     initializers,
     layers,
     losses,
     metrics,
-    ops,
     optimizers,
     regularizers,
 )
-from hpcdist.nn.autodiff import GradientTape, IndexedSlices, Tensor, constant
 from hpcdist.nn.embedding import embedding_lookup
 from hpcdist.nn.initializers import set_random_seed
 from hpcdist.nn.loss_scaling import compute_average_loss, scale_regularization_loss

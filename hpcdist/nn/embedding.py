@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from hpcdist.nn import ops
-from hpcdist.nn.autodiff import RowsOf, Tensor, _state, recording
+from hpcdist.core import math_ops as ops
+from hpcdist.core.autodiff import Tensor, variable_accessed
 from hpcdist.utils.rows import unique_inverse
 
 __all__ = ["embedding_lookup"]
@@ -18,7 +18,7 @@ def embedding_lookup(params: Any, ids: Any) -> Tensor:
 
     For a table with ``sparse_read`` (`hpcdist.ShardedVariable` or a parameter-server variable)
     only the distinct rows in ``ids`` are read, and under a `GradientTape` its gradient is an
-    `hpcdist.nn.autodiff.IndexedSlices` over those rows, which optimizers apply with
+    `hpcdist.core.autodiff.IndexedSlices` over those rows, which optimizers apply with
     ``scatter_add``: an embedding table larger than one process's memory trains by moving only
     the rows a batch touches. Other arrays and variables fall back to a dense gather.
 
@@ -33,6 +33,5 @@ def embedding_lookup(params: Any, ids: Any) -> Tensor:
         raise TypeError(f"embedding_lookup needs integer ids, got dtype {ids.dtype}")
     unique, inverse = unique_inverse(ids.reshape(-1))
     rows = params.sparse_read(unique)
-    watched = recording() and any(t._watches(params) for t in _state.tapes)
-    leaf = Tensor(rows, source=RowsOf(params, unique)) if watched else Tensor(rows)
+    leaf = variable_accessed(params, rows, unique)
     return ops.gather(leaf, inverse.reshape(ids.shape))

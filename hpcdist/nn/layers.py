@@ -10,9 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from hpcdist.nn import initializers, ops, regularizers
-from hpcdist.nn.autodiff import Tensor, as_tensor
-from hpcdist.strategies import context
+from hpcdist.core import context
+from hpcdist.core import math_ops as ops
+from hpcdist.core.autodiff import Tensor, as_tensor
+from hpcdist.nn import initializers, regularizers
 from hpcdist.utils.xp import to_numpy
 
 __all__ = [

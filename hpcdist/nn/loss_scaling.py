@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from hpcdist.strategies import context
+from hpcdist.core import context
 
 __all__ = ["compute_average_loss", "scale_regularization_loss"]
 
@@ -42,8 +42,8 @@ def compute_average_loss(
             positive integer.
     """
     _check_replica_context("compute_average_loss")
-    from hpcdist.nn import ops
-    from hpcdist.nn.autodiff import as_tensor
+    from hpcdist.core import math_ops as ops
+    from hpcdist.core.autodiff import as_tensor
 
     loss = as_tensor(per_example_loss)
     if loss.ndim == 0:
@@ -71,7 +71,7 @@ def scale_regularization_loss(regularization_loss: Any) -> Any:
         RuntimeError: Called in cross-replica context.
     """
     _check_replica_context("scale_regularization_loss")
-    from hpcdist.nn import ops
+    from hpcdist.core import math_ops as ops
 
     total = ops.reduce_sum(regularization_loss)
     return ops.divide(total, float(context.get_strategy().num_replicas_in_sync))

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from hpcdist.nn import ops
-from hpcdist.nn.autodiff import Tensor, as_tensor
+from hpcdist.core import math_ops as ops
+from hpcdist.core.autodiff import Tensor, as_tensor
 from hpcdist.utils.xp import array_module, as_array_like
 
 __all__ = [

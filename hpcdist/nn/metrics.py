@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from hpcdist.nn.autodiff import Tensor
-from hpcdist.strategies import context
-from hpcdist.strategies.variables import VariableAggregation, VariableSynchronization
+from hpcdist.core import context
+from hpcdist.core.autodiff import Tensor
+from hpcdist.core.variables import VariableAggregation, VariableSynchronization
 from hpcdist.utils.xp import to_numpy
 
 __all__ = [

@@ -16,16 +16,16 @@ from typing import Any
 
 import numpy as np
 
+from hpcdist.core import context
+from hpcdist.core import math_ops as ops
+from hpcdist.core.autodiff import GradientTape, Tensor
 from hpcdist.data.dataset import Dataset
 from hpcdist.data.nest import flatten
 from hpcdist.nn import losses as losses_mod
 from hpcdist.nn import metrics as metrics_mod
-from hpcdist.nn import ops
 from hpcdist.nn import optimizers as optimizers_mod
-from hpcdist.nn.autodiff import GradientTape, Tensor
 from hpcdist.nn.callbacks import Callback, CallbackList, History, ProgressBar
 from hpcdist.nn.layers import Layer
-from hpcdist.strategies import context
 from hpcdist.utils.xp import to_numpy
 
 __all__ = ["Model", "Sequential"]

@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 
 from hpcdist.comm.reduce_op import ReduceOp
-from hpcdist.nn.autodiff import IndexedSlices, Tensor
-from hpcdist.strategies import context
+from hpcdist.core import context
+from hpcdist.core.autodiff import IndexedSlices, Tensor
+from hpcdist.core.variables import Variable, variable_key
 from hpcdist.strategies.values import PerReplica
-from hpcdist.strategies.variables import Variable, variable_key
 from hpcdist.utils.xp import array_module, as_array
 
 __all__ = [
@@ -172,7 +172,7 @@ class Optimizer:
 
     def minimize(self, loss_fn: Any, var_list: list[Any]) -> None:
         """Compute gradients of ``loss_fn()`` with a tape and apply them."""
-        from hpcdist.nn.autodiff import GradientTape
+        from hpcdist.core.autodiff import GradientTape
 
         with GradientTape() as tape:
             loss = loss_fn()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpcdist.nn import ops
-from hpcdist.nn.autodiff import Tensor
+from hpcdist.core import math_ops as ops
+from hpcdist.core.autodiff import Tensor
 
 __all__ = ["L1", "L1L2", "L2", "Regularizer", "get"]
 

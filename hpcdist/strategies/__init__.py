@@ -1,13 +1,14 @@
 """Strategies with tf.distribute semantics."""
 
-from hpcdist.strategies.central_storage import CentralStorageStrategy
-from hpcdist.strategies.context import (
+from hpcdist.core.context import (
     experimental_set_strategy,
     get_replica_context,
     get_strategy,
     has_strategy,
     in_cross_replica_context,
 )
+from hpcdist.core.variables import Variable, VariableAggregation, VariableSynchronization
+from hpcdist.strategies.central_storage import CentralStorageStrategy
 from hpcdist.strategies.coordinator import (
     ClusterCoordinator,
     PerWorkerDataset,
@@ -30,13 +31,7 @@ from hpcdist.strategies.ps_variables import PSVariable, ShardedVariable
 from hpcdist.strategies.replica_context import ReplicaContext
 from hpcdist.strategies.strategy import Strategy, StrategyExtended, ValueContext
 from hpcdist.strategies.values import DistributedValues, Mirrored, PerReplica
-from hpcdist.strategies.variables import (
-    MirroredVariable,
-    SyncOnReadVariable,
-    Variable,
-    VariableAggregation,
-    VariableSynchronization,
-)
+from hpcdist.strategies.variables import MirroredVariable, SyncOnReadVariable
 
 __all__ = [
     "CentralStorageStrategy",

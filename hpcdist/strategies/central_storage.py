@@ -3,7 +3,7 @@
 In one process (TF's strategy) the replicas are the local ``compute_devices`` and each variable
 has a single copy on the parameter device. Beyond TF, under MPI on one node, every rank is a
 replica and each ON_WRITE variable lives once in node shared memory
-(`hpcdist.strategies.variables.SharedStorage`): N ranks hold one copy instead of N. Updates in
+(`hpcdist.strategies.shared_storage.SharedStorage`): N ranks hold one copy instead of N. Updates in
 replica context are aggregated across all replicas (SUM, MEAN or ONLY_FIRST_REPLICA, as for
 mirrored variables) and applied once by the node leader. ON_READ variables keep a copy per
 replica.
@@ -17,8 +17,10 @@ from typing import Any
 import numpy as np
 
 from hpcdist.cluster.gpus import bind_gpu, visible_gpu_count
-from hpcdist.comm.communicator import Communicator
+from hpcdist.comm import Communicator
+from hpcdist.core.variables import LocalStorage, VariableSynchronization
 from hpcdist.strategies.mirrored import local_devices, parse_device
+from hpcdist.strategies.shared_storage import SharedStorage
 from hpcdist.strategies.strategy import Strategy, StrategyExtended
 
 __all__ = ["CentralStorageStrategy"]
@@ -38,12 +40,6 @@ class _CentralExtended(StrategyExtended):
         )
 
     def make_storage(self, value: np.ndarray, synchronization: Any) -> list:
-        from hpcdist.strategies.variables import (
-            LocalStorage,
-            SharedStorage,
-            VariableSynchronization,
-        )
-
         if synchronization is VariableSynchronization.ON_READ:
             return [LocalStorage(value) for _ in range(self.local_replicas)]
         if self._node_comm is not None:

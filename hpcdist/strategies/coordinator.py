@@ -304,7 +304,7 @@ class ClusterCoordinator:
 
     def fetch(self, value: Any) -> Any:
         """``value`` with every `RemoteValue` fetched and every variable read."""
-        from hpcdist.strategies.variables import Variable
+        from hpcdist.core.variables import Variable
 
         def leaf(v: Any) -> Any:
             if isinstance(v, RemoteValue):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hpcdist.core import context
+from hpcdist.strategies.mirrored import parse_device
 from hpcdist.strategies.replica_context import ReplicaContext
 from hpcdist.strategies.strategy import Strategy, StrategyExtended
 
@@ -34,6 +36,7 @@ class OneDeviceStrategy(Strategy):
     single_copy_variables = True
 
     def __init__(self, device: str) -> None:
-        from hpcdist.strategies.mirrored import parse_device
-
         self.extended = StrategyExtended(self, None, devices=(parse_device(device),))
+
+
+context.set_default_strategy_factory(DefaultStrategy)

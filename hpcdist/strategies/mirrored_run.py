@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from hpcdist.strategies import context
+from hpcdist.core import context
 from hpcdist.strategies.replica_context import ReplicaContext
 from hpcdist.strategies.values import DistributedValues, PerReplica
 from hpcdist.utils.xp import device_scope

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hpcdist.cluster.base import ClusterResolver
 from hpcdist.cluster.gpus import bind_gpu, visible_gpu_count
 from hpcdist.cluster.resolve import resolve
-from hpcdist.comm.communicator import Communicator
+from hpcdist.comm import Communicator
 from hpcdist.comm.options import CommunicationOptions
 from hpcdist.strategies.strategy import Strategy, StrategyExtended
 

@@ -29,19 +29,19 @@ from typing import Any
 import numpy as np
 
 from hpcdist.cluster.base import ClusterResolver
+from hpcdist.core.variables import (
+    VariableAggregation,
+    VariableSynchronization,
+    initial_array,
+    unique_name,
+    variable_options,
+)
 from hpcdist.errors import ClusterConfigError, OutOfRangeError
 from hpcdist.partitioners import validate_partitions
 from hpcdist.settings import get_settings
 from hpcdist.strategies.ps_store import RmaStorage, RmaStore, SegmentAllocator, mpi_datatype
 from hpcdist.strategies.ps_variables import PSVariable, ShardedVariable
 from hpcdist.strategies.strategy import Strategy, StrategyExtended
-from hpcdist.strategies.variables import (
-    VariableAggregation,
-    VariableSynchronization,
-    _initial,
-    _unique_name,
-    variable_options,
-)
 
 __all__ = ["ParameterServerStrategy", "runtime"]
 
@@ -229,10 +229,10 @@ class _Runtime:
 
 def _to_host(value: Any) -> Any:
     """Plain numpy values of a function's result (tensors and variables read)."""
+    from hpcdist.core.autodiff import Tensor
+    from hpcdist.core.variables import Variable
     from hpcdist.data.nest import map_structure
-    from hpcdist.nn.autodiff import Tensor
     from hpcdist.strategies.values import DistributedValues
-    from hpcdist.strategies.variables import Variable
 
     def leaf(v: Any) -> Any:
         if isinstance(v, Tensor):
@@ -369,8 +369,8 @@ class ParameterServerStrategy(Strategy):
         synchronization, aggregation, trainable = variable_options(
             name, synchronization, aggregation, trainable
         )
-        value = _initial(initial_value, dtype)
-        name = _unique_name(name)
+        value = initial_array(initial_value, dtype)
+        name = unique_name(name)
         mpi_datatype(value.dtype, name)
         shards = 1
         if self._variable_partitioner is not None and value.ndim >= 1 and value.shape[0] > 0:

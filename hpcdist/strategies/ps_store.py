@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from hpcdist.strategies.variables import Storage
+from hpcdist.core.variables import Storage
 
 __all__ = ["RmaStorage", "RmaStore", "SegmentAllocator", "mpi_datatype"]
 

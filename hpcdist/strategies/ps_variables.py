@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from hpcdist.core.variables import Variable, VariableAggregation, VariableSynchronization
 from hpcdist.strategies.ps_store import RmaStorage
-from hpcdist.strategies.variables import Variable, VariableAggregation, VariableSynchronization
 from hpcdist.utils.rows import sum_rows, unique_inverse
 
 __all__ = ["PSVariable", "ShardedVariable"]

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hpcdist.comm.reduce_op import ReduceOp
+from hpcdist.core import context
 from hpcdist.data.nest import flatten, pack_sequence_as
-from hpcdist.strategies import context
 
 if TYPE_CHECKING:
     from hpcdist.strategies.strategy import Strategy

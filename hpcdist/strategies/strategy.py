@@ -14,14 +14,16 @@ from typing import Any
 
 import numpy as np
 
-from hpcdist.comm.communicator import Communicator
+from hpcdist.comm import Communicator
 from hpcdist.comm.reduce_op import ReduceOp
+from hpcdist.core import context
+from hpcdist.core.variables import LocalStorage
 from hpcdist.data.nest import flatten, map_structure
-from hpcdist.strategies import context
 from hpcdist.strategies.cross_device_ops import CrossDeviceOps, ReductionToOneDevice
 from hpcdist.strategies.mirrored_run import run_local_replicas
 from hpcdist.strategies.replica_context import ReplicaContext, _check_axis
 from hpcdist.strategies.values import DistributedValues, PerReplica, local_results
+from hpcdist.strategies.variables import create_variable
 from hpcdist.utils.xp import as_array, device_scope, to_numpy
 
 __all__ = ["Strategy", "StrategyExtended", "ValueContext"]
@@ -75,8 +77,6 @@ class StrategyExtended:
 
     def make_storage(self, value: np.ndarray, synchronization: Any) -> list:
         """Storage of a new distributed variable: one `LocalStorage` per local replica."""
-        from hpcdist.strategies.variables import LocalStorage
-
         del synchronization
         return [LocalStorage(value, device) for device in self.worker_devices]
 
@@ -130,8 +130,6 @@ class Strategy:
         Returns:
             `Variable` (single-copy strategies), `MirroredVariable` or `SyncOnReadVariable`.
         """
-        from hpcdist.strategies.variables import create_variable
-
         return create_variable(
             self, initial_value, name, trainable, synchronization, aggregation, dtype
         )

@@ -154,7 +154,7 @@ def test_variables_take_the_chiefs_initial_value(strategy):
 def test_central_storage_one_copy_per_node():
     from mpi4py import MPI
 
-    from hpcdist.strategies.variables import SharedStorage
+    from hpcdist.strategies.shared_storage import SharedStorage
 
     comm = hd.comm.world()
     if comm.num_nodes > 1:

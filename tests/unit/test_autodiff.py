@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 import hpcdist as hd
-from hpcdist.nn import ops
+from hpcdist.core import math_ops as ops
 from tests.gradcheck import check_variables
 
 

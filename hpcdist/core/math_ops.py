@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from hpcdist.nn.autodiff import Tensor, as_tensor, record, unbroadcast
+from hpcdist.core.autodiff import Tensor, as_tensor, record, register_operator, unbroadcast
 from hpcdist.utils.xp import array_module, as_array_like, is_device_array, scatter_add
 
 __all__ = [
@@ -282,3 +282,19 @@ def softmax(a: Any, axis: int = -1) -> Tensor:
     shifted = array_module(a.value).exp(a.value - a.value.max(axis=axis, keepdims=True))
     out = shifted / shifted.sum(axis=axis, keepdims=True)
     return record(out, (a,), lambda g: (out * (g - (g * out).sum(axis=axis, keepdims=True)),))
+
+
+for _name, _fn in {
+    "add": add,
+    "subtract": subtract,
+    "multiply": multiply,
+    "divide": divide,
+    "negative": negative,
+    "power": power,
+    "matmul": matmul,
+    "getitem": getitem,
+    "reduce_sum": reduce_sum,
+    "reduce_mean": reduce_mean,
+    "reshape": reshape,
+}.items():
+    register_operator(_name, _fn)

@@ -15,17 +15,23 @@ from typing import Any
 
 import numpy as np
 
+from hpcdist.utils.rows import sum_rows
 from hpcdist.utils.xp import array_module, as_array_like, is_device_array, scatter_add, to_numpy
 
 __all__ = [
     "GradientTape",
     "IndexedSlices",
+    "Operators",
     "RowsOf",
     "Tensor",
     "as_tensor",
     "constant",
     "record",
+    "recording",
+    "register_operator",
+    "register_tensor_conversion",
     "unbroadcast",
+    "variable_accessed",
 ]
 
 
@@ -42,7 +48,64 @@ def recording() -> bool:
     return bool(_state.tapes)
 
 
-class Tensor:
+_operators: dict[str, Callable[..., Any]] = {}
+
+
+def register_operator(name: str, fn: Callable[..., Any]) -> None:
+    """Implement operator ``name`` (``"add"``, ``"matmul"``, ``"getitem"``, ...) with ``fn``.
+
+    `hpcdist.core.math_ops` registers every operator once, when ``hpcdist.core`` is imported
+    (TF's ``Tensor._override_operator``); tensors and variables dispatch through this table.
+    """
+    _operators[name] = fn
+
+
+class Operators:
+    """Python's arithmetic operators as differentiable operations (tensors and variables)."""
+
+    __slots__ = ()
+
+    def __add__(self, other: Any) -> Tensor:
+        return _operators["add"](self, other)
+
+    def __radd__(self, other: Any) -> Tensor:
+        return _operators["add"](other, self)
+
+    def __sub__(self, other: Any) -> Tensor:
+        return _operators["subtract"](self, other)
+
+    def __rsub__(self, other: Any) -> Tensor:
+        return _operators["subtract"](other, self)
+
+    def __mul__(self, other: Any) -> Tensor:
+        return _operators["multiply"](self, other)
+
+    def __rmul__(self, other: Any) -> Tensor:
+        return _operators["multiply"](other, self)
+
+    def __truediv__(self, other: Any) -> Tensor:
+        return _operators["divide"](self, other)
+
+    def __rtruediv__(self, other: Any) -> Tensor:
+        return _operators["divide"](other, self)
+
+    def __neg__(self) -> Tensor:
+        return _operators["negative"](self)
+
+    def __pow__(self, exponent: float) -> Tensor:
+        return _operators["power"](self, exponent)
+
+    def __matmul__(self, other: Any) -> Tensor:
+        return _operators["matmul"](self, other)
+
+    def __rmatmul__(self, other: Any) -> Tensor:
+        return _operators["matmul"](other, self)
+
+    def __getitem__(self, index: Any) -> Tensor:
+        return _operators["getitem"](self, index)
+
+
+class Tensor(Operators):
     """An array that remembers how it was computed (when a tape records).
 
     Args:
@@ -104,73 +167,6 @@ class Tensor:
     def __repr__(self) -> str:
         return f"Tensor({self.value!r})"
 
-    # -- arithmetic (see hpcdist.nn.ops) --------------------------------------------------------
-
-    def __add__(self, other: Any) -> Tensor:
-        from hpcdist.nn import ops
-
-        return ops.add(self, other)
-
-    def __radd__(self, other: Any) -> Tensor:
-        from hpcdist.nn import ops
-
-        return ops.add(other, self)
-
-    def __sub__(self, other: Any) -> Tensor:
-        from hpcdist.nn import ops
-
-        return ops.subtract(self, other)
-
-    def __rsub__(self, other: Any) -> Tensor:
-        from hpcdist.nn import ops
-
-        return ops.subtract(other, self)
-
-    def __mul__(self, other: Any) -> Tensor:
-        from hpcdist.nn import ops
-
-        return ops.multiply(self, other)
-
-    def __rmul__(self, other: Any) -> Tensor:
-        from hpcdist.nn import ops
-
-        return ops.multiply(other, self)
-
-    def __truediv__(self, other: Any) -> Tensor:
-        from hpcdist.nn import ops
-
-        return ops.divide(self, other)
-
-    def __rtruediv__(self, other: Any) -> Tensor:
-        from hpcdist.nn import ops
-
-        return ops.divide(other, self)
-
-    def __neg__(self) -> Tensor:
-        from hpcdist.nn import ops
-
-        return ops.negative(self)
-
-    def __pow__(self, exponent: float) -> Tensor:
-        from hpcdist.nn import ops
-
-        return ops.power(self, exponent)
-
-    def __matmul__(self, other: Any) -> Tensor:
-        from hpcdist.nn import ops
-
-        return ops.matmul(self, other)
-
-    def __rmatmul__(self, other: Any) -> Tensor:
-        from hpcdist.nn import ops
-
-        return ops.matmul(other, self)
-
-    def __getitem__(self, index: Any) -> Tensor:
-        from hpcdist.nn import ops
-
-        return ops.getitem(self, index)
-
     # Comparisons give plain boolean arrays (not differentiable), element-wise as in TF.
     __hash__ = object.__hash__
 
@@ -194,21 +190,15 @@ class Tensor:
 
     def sum(self, axis: Any = None, keepdims: bool = False) -> Tensor:
         """Sum (recorded)."""
-        from hpcdist.nn import ops
-
-        return ops.reduce_sum(self, axis, keepdims)
+        return _operators["reduce_sum"](self, axis, keepdims)
 
     def mean(self, axis: Any = None, keepdims: bool = False) -> Tensor:
         """Mean (recorded)."""
-        from hpcdist.nn import ops
-
-        return ops.reduce_mean(self, axis, keepdims)
+        return _operators["reduce_mean"](self, axis, keepdims)
 
     def reshape(self, *shape: Any) -> Tensor:
         """Reshape (recorded)."""
-        from hpcdist.nn import ops
-
-        return ops.reshape(self, shape[0] if len(shape) == 1 else shape)
+        return _operators["reshape"](self, shape[0] if len(shape) == 1 else shape)
 
 
 class IndexedSlices:
@@ -229,8 +219,6 @@ class IndexedSlices:
 
     def deduplicate(self) -> IndexedSlices:
         """Sorted unique indices with the rows of repeated ones summed."""
-        from hpcdist.utils.rows import sum_rows
-
         unique, values = sum_rows(self.indices, self.values)
         return IndexedSlices(values, unique, self.dense_shape)
 
@@ -276,17 +264,52 @@ def constant(value: Any, dtype: Any = None) -> Tensor:
 
 
 def as_tensor(x: Any) -> Tensor:
-    """Return ``x`` as a `Tensor`; a variable read under a tape becomes a traced leaf."""
+    """Return ``x`` as a `Tensor`, converting registered types (variables) by their hook."""
     if isinstance(x, Tensor):
         return x
-    from hpcdist.strategies.variables import Variable
-
-    if isinstance(x, Variable):
-        value = x._value()
-        if recording() and any(t._watches(x) for t in _state.tapes):
-            return Tensor(value, source=x)
-        return Tensor(value)
+    convert = _conversion_for(type(x))
+    if convert is not None:
+        return convert(x)
     return Tensor(x if is_device_array(x) else np.asarray(x))
+
+
+def register_tensor_conversion(cls: type, convert: Callable[[Any], Tensor]) -> None:
+    """Make `as_tensor` turn instances of ``cls`` (and its subclasses) into tensors.
+
+    Variables register here, as TF's do with ``register_tensor_conversion_function``: the tape
+    never imports the variable classes.
+    """
+    _conversions[cls] = convert
+    _conversion_cache.clear()
+
+
+def _conversion_for(cls: type) -> Callable[[Any], Tensor] | None:
+    try:
+        return _conversion_cache[cls]
+    except KeyError:
+        found = next((_conversions[k] for k in cls.__mro__ if k in _conversions), None)
+        _conversion_cache[cls] = found
+        return found
+
+
+_conversions: dict[type, Callable[[Any], Tensor]] = {}
+_conversion_cache: dict[type, Callable[[Any], Tensor] | None] = {}
+
+
+def variable_accessed(variable: Any, value: Any, rows: Any = None) -> Tensor:
+    """The tensor of a variable read: a traced leaf when a recording tape watches ``variable``.
+
+    The hook through which tapes learn about variable reads (TF's ``tape.variable_accessed``):
+    a variable's tensor conversion calls it with the value it read.
+
+    Args:
+        variable: The variable read.
+        value: What was read.
+        rows: For a sparse read, the row ids ``value`` holds (its gradient is `IndexedSlices`).
+    """
+    if _state.tapes and any(t._watches(variable) for t in _state.tapes):
+        return Tensor(value, source=variable if rows is None else RowsOf(variable, rows))
+    return Tensor(value)
 
 
 def record(

@@ -12,6 +12,7 @@ State is per thread, as in TF.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -24,6 +25,7 @@ __all__ = [
     "get_strategy",
     "has_strategy",
     "in_cross_replica_context",
+    "set_default_strategy_factory",
 ]
 
 
@@ -35,14 +37,26 @@ class _State(threading.local):
 
 _state = _State()
 _default: Any = None
+_default_factory: Callable[[], Strategy] | None = None
+
+
+def set_default_strategy_factory(factory: Callable[[], Strategy]) -> None:
+    """Register how the default strategy is made (``hpcdist.strategies`` does, on import).
+
+    The context sits below the strategies, so it cannot import the default strategy's class.
+    """
+    global _default_factory
+    _default_factory = factory
 
 
 def _default_strategy() -> Strategy:
     global _default
     if _default is None:
-        from hpcdist.strategies.default import DefaultStrategy
-
-        _default = DefaultStrategy()
+        if _default_factory is None:
+            raise RuntimeError(
+                "no default strategy is registered: import hpcdist.strategies (or hpcdist) first"
+            )
+        _default = _default_factory()
     return _default
 
 

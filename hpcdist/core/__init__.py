@@ -1,0 +1,33 @@
+"""The core types every strategy and model shares.
+
+Autodiff (`Tensor`, `GradientTape`, `IndexedSlices`) with its differentiable operations
+(`math_ops`, registered as the operators of tensors and variables), the base `Variable` with its
+enums and storage, and the strategy context (which strategy and replica are current). It imports
+nothing above the foundation: no communication, no strategy, no model.
+"""
+
+from hpcdist.core import autodiff, context, math_ops, variables
+from hpcdist.core.autodiff import GradientTape, IndexedSlices, Tensor, constant
+from hpcdist.core.variables import (
+    LocalStorage,
+    Storage,
+    Variable,
+    VariableAggregation,
+    VariableSynchronization,
+)
+
+__all__ = [
+    "GradientTape",
+    "IndexedSlices",
+    "LocalStorage",
+    "Storage",
+    "Tensor",
+    "Variable",
+    "VariableAggregation",
+    "VariableSynchronization",
+    "autodiff",
+    "constant",
+    "context",
+    "math_ops",
+    "variables",
+]
