@@ -44,7 +44,7 @@ def _world() -> Any:
     """
     from mpi4py import MPI
 
-    from hpcdist.strategies.parameter_server import coordinator_only
+    from hpcdist.strategies.ps.strategy import coordinator_only
 
     if coordinator_only():
         return None

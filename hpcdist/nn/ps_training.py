@@ -73,7 +73,7 @@ class ParameterServerFit:
         seed: int,
         steps_per_epoch: int | None,
     ) -> None:
-        from hpcdist.strategies.coordinator import ClusterCoordinator
+        from hpcdist.strategies.ps.coordinator import ClusterCoordinator
 
         if steps_per_epoch is None:
             raise ValueError(

@@ -9,13 +9,6 @@ from hpcdist.core.context import (
 )
 from hpcdist.core.variables import Variable, VariableAggregation, VariableSynchronization
 from hpcdist.strategies.central_storage import CentralStorageStrategy
-from hpcdist.strategies.coordinator import (
-    ClusterCoordinator,
-    PerWorkerDataset,
-    PerWorkerValues,
-    RemoteValue,
-    RemoteValueStatus,
-)
 from hpcdist.strategies.cross_device_ops import (
     CrossDeviceOps,
     HierarchicalCopyAllReduce,
@@ -26,8 +19,15 @@ from hpcdist.strategies.default import DefaultStrategy, OneDeviceStrategy
 from hpcdist.strategies.input import DistributedDataset, DistributedIterator
 from hpcdist.strategies.mirrored import MirroredStrategy
 from hpcdist.strategies.multi_worker import MultiWorkerMirroredStrategy
-from hpcdist.strategies.parameter_server import ParameterServerStrategy
-from hpcdist.strategies.ps_variables import PSVariable, ShardedVariable
+from hpcdist.strategies.ps.coordinator import (
+    ClusterCoordinator,
+    PerWorkerDataset,
+    PerWorkerValues,
+    RemoteValue,
+    RemoteValueStatus,
+)
+from hpcdist.strategies.ps.strategy import ParameterServerStrategy
+from hpcdist.strategies.ps.variables import PSVariable, ShardedVariable
 from hpcdist.strategies.replica_context import ReplicaContext
 from hpcdist.strategies.strategy import Strategy, StrategyExtended, ValueContext
 from hpcdist.strategies.values import DistributedValues, Mirrored, PerReplica

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import hpcdist as hd
-from hpcdist.partitioners import validate_partitions
+from hpcdist.strategies.ps.partitioners import validate_partitions
 
 P = hd.partitioners
 

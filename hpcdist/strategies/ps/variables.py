@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from hpcdist.core.variables import Variable, VariableAggregation, VariableSynchronization
-from hpcdist.strategies.ps_store import RmaStorage
+from hpcdist.strategies.ps.store import RmaStorage
 from hpcdist.utils.rows import sum_rows, unique_inverse
 
 __all__ = ["PSVariable", "ShardedVariable"]
@@ -176,7 +176,7 @@ def _rebuild_variable(
     aggregation: int,
     uid: int,
 ) -> PSVariable:
-    from hpcdist.strategies.parameter_server import runtime
+    from hpcdist.strategies.ps.strategy import runtime
 
     rt = runtime()
     var = rt.variables.get(uid)
@@ -301,7 +301,7 @@ class _ShardSlices:
 
 
 def _rebuild_sharded(variables: list[PSVariable], name: str, uid: int) -> ShardedVariable:
-    from hpcdist.strategies.parameter_server import runtime
+    from hpcdist.strategies.ps.strategy import runtime
 
     rt = runtime()
     var = rt.variables.get(uid)

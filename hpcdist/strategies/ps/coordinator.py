@@ -4,7 +4,7 @@
 dispatcher thread on the coordinator hands closures to idle workers over MPI and collects their
 results. Functions travel with cloudpickle (module-level ones by reference, others by value),
 once per worker; their arguments are pickled when scheduled. Variables inside travel as handles
-(`hpcdist.strategies.ps_variables`): the worker reads and updates them one-sidedly.
+(`hpcdist.strategies.ps.variables`): the worker reads and updates them one-sidedly.
 
 Error contract (TF's): the first error of a scheduled function (other than
 `WorkerPreemptedError`, which re-runs the function on another worker: at-least-once) is raised
@@ -28,8 +28,8 @@ from typing import Any
 
 from hpcdist.data.nest import flatten, map_structure
 from hpcdist.errors import CancelledError, WorkerPreemptedError
-from hpcdist.strategies import parameter_server as ps_mod
-from hpcdist.strategies.parameter_server import TAG_COMMAND, TAG_RESULT, ParameterServerStrategy
+from hpcdist.strategies.ps import strategy as ps_mod
+from hpcdist.strategies.ps.strategy import TAG_COMMAND, TAG_RESULT, ParameterServerStrategy
 
 __all__ = [
     "ClusterCoordinator",

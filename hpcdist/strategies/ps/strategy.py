@@ -5,7 +5,7 @@ role (from the cluster resolver's jobs, or ``HPCDIST_NUM_PS``):
 
 * the **coordinator** (the ``chief`` task) returns from the constructor and runs the program:
   it creates variables and schedules functions with `ClusterCoordinator`;
-* **ps** ranks hold the variables' memory (`hpcdist.strategies.ps_store`) and otherwise only
+* **ps** ranks hold the variables' memory (`hpcdist.strategies.ps.store`) and otherwise only
   keep MPI progressing; **workers** run scheduled functions. Neither returns from the
   constructor: they serve until the coordinator's program ends, then exit with status 0.
 
@@ -37,10 +37,10 @@ from hpcdist.core.variables import (
     variable_options,
 )
 from hpcdist.errors import ClusterConfigError, OutOfRangeError
-from hpcdist.partitioners import validate_partitions
 from hpcdist.settings import get_settings
-from hpcdist.strategies.ps_store import RmaStorage, RmaStore, SegmentAllocator, mpi_datatype
-from hpcdist.strategies.ps_variables import PSVariable, ShardedVariable
+from hpcdist.strategies.ps.partitioners import validate_partitions
+from hpcdist.strategies.ps.store import RmaStorage, RmaStore, SegmentAllocator, mpi_datatype
+from hpcdist.strategies.ps.variables import PSVariable, ShardedVariable
 from hpcdist.strategies.strategy import Strategy, StrategyExtended
 
 __all__ = ["ParameterServerStrategy", "runtime"]
