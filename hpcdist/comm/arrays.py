@@ -1,9 +1,10 @@
-"""Conversions at the edge of the communication layer: any array in, host numpy buffers out.
+"""Array handling at the edge of the communication layer: dtypes, staging, MEAN.
 
 numpy arrays are used directly (a contiguous copy is made only when needed). CuPy arrays that
-NCCL does not carry (see `hpcdist.comm.nccl_ops`) are staged through pinned host memory, and
-anything else with ``__dlpack__`` is viewed through ``np.from_dlpack``. Results come back in the
-caller's array type.
+no GPU backend carries are staged through pinned host memory, and anything else with
+``__dlpack__`` is viewed through ``np.from_dlpack``. Results come back in the caller's array
+type. Buffers are handed to a backend in a dtype it reduces (its ``dtypes``, see `to_wire`),
+and MEAN is finished from a SUM by `mean_from_sum`, on the host and on the device.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import numpy as np
 
 from hpcdist.comm.reduce_op import ReduceOp
 
-__all__ = ["check_reducible", "stage_to_host", "to_host", "wire_dtype"]
+__all__ = ["check_reducible", "from_wire", "mean_from_sum", "stage_to_host", "to_host", "to_wire"]
 
 
 def _is_cupy(x: Any) -> bool:
@@ -72,10 +73,44 @@ def check_reducible(dtype: np.dtype, op: ReduceOp) -> str | None:
     return None
 
 
-def wire_dtype(dtype: np.dtype, backend: str) -> np.dtype:
-    """The dtype a backend reduces ``dtype`` in (MPI has no float16 and no bool arithmetic)."""
-    if dtype.kind == "b":
-        return np.dtype(np.uint8)
-    if dtype == np.float16 and backend != "shm":
-        return np.dtype(np.float32)
-    return dtype
+def mean_from_sum(total: Any, size: int) -> None:
+    """Finish a MEAN in place: divide the SUM ``total`` (numpy or CuPy) by ``size``.
+
+    Integers are floor-divided (MEAN of integers rounds down).
+    """
+    if total.dtype.kind in "fc":
+        total /= size
+    else:
+        total //= size
+
+
+# dtypes widened when a backend cannot reduce them: float16 and the 16-bit integers
+_WIDER = {"e": np.float32, "h": np.int32, "H": np.int64}
+_REAL = {"F": np.float32, "D": np.float64}
+
+
+def to_wire(flat: Any, dtypes: frozenset[str]) -> tuple[Any, str]:
+    """``flat`` (1-D, numpy or CuPy) in a dtype that a backend reducing ``dtypes`` takes.
+
+    Returns:
+        The buffer and how it was made: ``""`` (``flat`` itself), ``"view"`` (bool as uint8,
+        complex as pairs of reals: a view of ``flat``) or ``"cast"`` (a wider copy).
+    """
+    char = flat.dtype.char
+    if char in dtypes:
+        return flat, ""
+    if char == "?":
+        return flat.view(np.uint8), "view"
+    real = _REAL.get(char)
+    if real is not None:
+        return flat.view(real), "view"
+    return flat.astype(_WIDER.get(char, np.float64)), "cast"
+
+
+def from_wire(buf: Any, how: str, dtype: np.dtype) -> Any:
+    """Undo `to_wire`: ``buf`` as ``dtype`` (a view, or a cast copy)."""
+    if how == "view":
+        return buf.view(dtype)
+    if how == "cast":
+        return buf.astype(dtype)
+    return buf

@@ -1,28 +1,47 @@
-"""All-reduce of GPU arrays handed straight to a CUDA-aware MPI library (opt-in).
+"""MPI on GPU buffers: handed straight to a CUDA-aware MPI library, or staged through the host.
 
-Enabled with ``HPCDIST_CUDA_AWARE_MPI=1`` for CuPy arrays that NCCL does not carry (NCCL
-missing, or ``implementation="mpi"``). There is no portable way to ask an MPI library whether
-it accepts device pointers, so, as in mpi4jax, the user says so. mpi4py takes CuPy arrays as
-buffers through ``__cuda_array_interface__``. MPI knows nothing of CUDA streams, so the current
-stream is synchronised before every MPI call.
+`CudaAwareMpiBackend` is opt-in (``HPCDIST_CUDA_AWARE_MPI=1``) for CuPy arrays that NCCL does
+not carry (NCCL missing, or ``implementation="mpi"``). There is no portable way to ask an MPI
+library whether it accepts device pointers, so, as in mpi4jax, the user says so. mpi4py takes
+CuPy arrays as buffers through ``__cuda_array_interface__``. MPI knows nothing of CUDA streams,
+so the current stream is synchronised before every MPI call.
+
+`StagedMpiBackend` copies device buffers into pinned host memory, runs an `MpiBackend`
+collective there and copies the result back: the GPU backends use it for the collectives they
+do not carry themselves.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from mpi4py import MPI
 
+from hpcdist.comm.arrays import stage_to_host
+from hpcdist.comm.backend import COLLECTIVES, DelegatingBackend, unsupported_codec
 from hpcdist.comm.checks import Deadline, Header, verify_headers
-from hpcdist.comm.mpi_backend import wait_request
+from hpcdist.comm.mpi_backend import MpiBackend, wait_request
 from hpcdist.comm.reduce_op import ReduceOp
+from hpcdist.utils.xp import import_cupy
 
-__all__ = ["CudaAwareMpiBackend"]
+if TYPE_CHECKING:
+    from hpcdist.comm.compression import Codec
+
+__all__ = ["CudaAwareMpiBackend", "StagedMpiBackend"]
+
+#: What MPI reduces on the device in hpcdist: NCCL's types without float16 (MPI has none).
+_DEVICE_MPI_DTYPES = frozenset("bBiIlLqQfd")
 
 
-class CudaAwareMpiBackend:
-    """``MPI_Iallreduce`` on device buffers (same contract as `NcclBackend.allreduce`).
+def _synchronize() -> None:
+    """Wait for the current CUDA stream: MPI reads device memory outside any stream."""
+    import_cupy("GPU buffers").cuda.get_current_stream().synchronize()
+
+
+class CudaAwareMpiBackend(DelegatingBackend):
+    """Every collective with the MPI library on device buffers (CuPy arrays).
 
     Args:
         comm: The MPI group.
@@ -30,12 +49,14 @@ class CudaAwareMpiBackend:
     """
 
     name = "cuda-aware-mpi"
-    #: MPI has no float16 type: float16 arrays are widened first.
-    carries_float16 = False
+    collectives = COLLECTIVES
+    devices = frozenset({"gpu"})
+    dtypes = _DEVICE_MPI_DTYPES
 
     def __init__(self, comm: MPI.Intracomm, ranks: Sequence[int] | None = None) -> None:
         self.comm = comm
         self.ranks = list(range(comm.Get_size())) if ranks is None else list(ranks)
+        self.fallback = MpiBackend(comm, self.ranks)
 
     def allreduce(
         self,
@@ -44,19 +65,132 @@ class CudaAwareMpiBackend:
         op: ReduceOp,
         header: Header | None,
         deadline: Deadline,
-        nccl_type: int | None = None,
+        codec: Codec | None = None,
     ) -> None:
         """Reduce ``src`` into ``dst`` (CuPy arrays; ``src is dst`` means in place)."""
-        if nccl_type is not None:
-            raise TypeError("CUDA-aware MPI has no bfloat16 type; compress with 'fp16'")
+        unsupported_codec(self, codec)
         if header is not None:
             verify_headers(self.comm, header, deadline, self.ranks)
-        import cupy
-
-        cupy.cuda.get_current_stream().synchronize()
+        _synchronize()
         sendbuf = MPI.IN_PLACE if src is dst else src
         request = self.comm.Iallreduce(sendbuf, dst, op=op.mpi)
         wait_request(request, deadline, deadline.timeout is None)
 
-    def close(self) -> None:
-        """Nothing to release."""
+    def broadcast(self, buf: Any, root: int, header: Header | None, deadline: Deadline) -> None:
+        """``MPI_Ibcast`` of a device buffer."""
+        _synchronize()
+        self.fallback.broadcast(buf, root, header, deadline)
+
+    def allgather(
+        self, src: Any, dst: Any, counts: Sequence[int], header: Header | None, deadline: Deadline
+    ) -> None:
+        """``MPI_Iallgatherv`` of device buffers."""
+        _synchronize()
+        self.fallback.allgather(src, dst, counts, header, deadline)
+
+    def reduce_scatter(
+        self,
+        src: Any,
+        dst: Any,
+        counts: Sequence[int],
+        op: ReduceOp,
+        header: Header | None,
+        deadline: Deadline,
+    ) -> None:
+        """``MPI_Ireduce_scatter`` of device buffers."""
+        _synchronize()
+        self.fallback.reduce_scatter(src, dst, counts, op, header, deadline)
+
+    def alltoall(
+        self,
+        src: Any,
+        dst: Any,
+        send_counts: Sequence[int],
+        recv_counts: Sequence[int],
+        header: Header | None,
+        deadline: Deadline,
+    ) -> None:
+        """``MPI_Ialltoallv`` of device buffers."""
+        _synchronize()
+        self.fallback.alltoall(src, dst, send_counts, recv_counts, header, deadline)
+
+
+class StagedMpiBackend(DelegatingBackend):
+    """Every collective on device buffers through pinned host memory and an `MpiBackend`.
+
+    Args:
+        comm: The MPI group.
+        ranks: Global rank of each member (for messages).
+    """
+
+    name = "staged-mpi"
+    collectives = COLLECTIVES
+    devices = frozenset({"gpu"})
+    dtypes = _DEVICE_MPI_DTYPES
+
+    def __init__(self, comm: MPI.Intracomm, ranks: Sequence[int] | None = None) -> None:
+        self.comm = comm
+        self.ranks = list(range(comm.Get_size())) if ranks is None else list(ranks)
+        self.fallback = MpiBackend(comm, self.ranks)
+
+    @staticmethod
+    def _host_pair(src: Any, dst: Any) -> tuple[np.ndarray, np.ndarray]:
+        host = stage_to_host(src)
+        return host, (host if src is dst else np.empty(dst.shape, dtype=dst.dtype))
+
+    def allreduce(
+        self,
+        src: Any,
+        dst: Any,
+        op: ReduceOp,
+        header: Header | None,
+        deadline: Deadline,
+        codec: Codec | None = None,
+    ) -> None:
+        """Stage, reduce with MPI, copy back."""
+        unsupported_codec(self, codec)
+        hsrc, hdst = self._host_pair(src, dst)
+        self.fallback.allreduce(hsrc, hdst, op, header, deadline)
+        dst.set(hdst)
+
+    def broadcast(self, buf: Any, root: int, header: Header | None, deadline: Deadline) -> None:
+        """Stage, broadcast with MPI, copy back."""
+        host = stage_to_host(buf)
+        self.fallback.broadcast(host, root, header, deadline)
+        buf.set(host)
+
+    def allgather(
+        self, src: Any, dst: Any, counts: Sequence[int], header: Header | None, deadline: Deadline
+    ) -> None:
+        """Stage, gather with MPI, copy back."""
+        hsrc, hdst = self._host_pair(src, dst)
+        self.fallback.allgather(hsrc, hdst, counts, header, deadline)
+        dst.set(hdst)
+
+    def reduce_scatter(
+        self,
+        src: Any,
+        dst: Any,
+        counts: Sequence[int],
+        op: ReduceOp,
+        header: Header | None,
+        deadline: Deadline,
+    ) -> None:
+        """Stage, reduce-scatter with MPI, copy back."""
+        hsrc, hdst = self._host_pair(src, dst)
+        self.fallback.reduce_scatter(hsrc, hdst, counts, op, header, deadline)
+        dst.set(hdst)
+
+    def alltoall(
+        self,
+        src: Any,
+        dst: Any,
+        send_counts: Sequence[int],
+        recv_counts: Sequence[int],
+        header: Header | None,
+        deadline: Deadline,
+    ) -> None:
+        """Stage, exchange with MPI, copy back."""
+        hsrc, hdst = self._host_pair(src, dst)
+        self.fallback.alltoall(hsrc, hdst, send_counts, recv_counts, header, deadline)
+        dst.set(hdst)

@@ -9,20 +9,27 @@ done once over the whole communicator before any data moves.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 from mpi4py import MPI
 
+from hpcdist.comm.backend import HOST_DTYPES, DelegatingBackend, unsupported_codec
 from hpcdist.comm.checks import Deadline, Header, verify_headers
-from hpcdist.comm.mpi_backend import wait_request
+from hpcdist.comm.mpi_backend import MpiBackend, wait_request
 from hpcdist.comm.reduce_op import ReduceOp
 from hpcdist.comm.shm_backend import ShmBackend
+
+if TYPE_CHECKING:
+    from hpcdist.comm.compression import Codec
 
 __all__ = ["HierarchicalBackend"]
 
 
-class HierarchicalBackend:
+class HierarchicalBackend(DelegatingBackend):
     """Node-local shared memory plus MPI between node leaders.
+
+    All-gather, reduce-scatter, all-to-all and the barrier go to an `MpiBackend` on ``comm``.
 
     Args:
         comm: The library's communicator.
@@ -33,6 +40,8 @@ class HierarchicalBackend:
     """
 
     name = "hierarchical"
+    collectives = frozenset({"allreduce", "broadcast"})
+    dtypes = HOST_DTYPES
 
     def __init__(
         self,
@@ -47,6 +56,7 @@ class HierarchicalBackend:
         self.leader_comm = leader_comm
         self.shm = shm
         self.ranks = list(range(comm.Get_size())) if ranks is None else list(ranks)
+        self.fallback = MpiBackend(comm, self.ranks)
 
     def allreduce(
         self,
@@ -55,8 +65,10 @@ class HierarchicalBackend:
         op: ReduceOp,
         header: Header | None,
         deadline: Deadline,
+        codec: Codec | None = None,
     ) -> None:
         """Node reduce, leaders' all-reduce, node broadcast."""
+        unsupported_codec(self, codec)
         if header is not None:
             verify_headers(self.comm, header, deadline, self.ranks)
         self.shm.allreduce(src, dst, op, None, deadline)

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from mpi4py import MPI
 
+from hpcdist.comm.backend import COLLECTIVES, HOST_DTYPES, unsupported_codec
 from hpcdist.comm.checks import Deadline, Header, verify_headers
 from hpcdist.comm.reduce_op import ReduceOp
 
-__all__ = ["MpiBackend", "wait_request"]
+if TYPE_CHECKING:
+    from hpcdist.comm.compression import Codec
+
+__all__ = ["MpiBackend", "displacements", "wait_request"]
 
 
 def wait_request(request: MPI.Request, deadline: Deadline, blocking: bool) -> None:
@@ -21,8 +26,21 @@ def wait_request(request: MPI.Request, deadline: Deadline, blocking: bool) -> No
         deadline.wait(request.Test)
 
 
+def displacements(counts: Sequence[int]) -> np.ndarray:
+    """Offsets of consecutive blocks of ``counts`` elements (0, c0, c0 + c1, ...)."""
+    counts = np.asarray(counts, dtype=np.int64)
+    return np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+
+
+def _bytes_if_bool(*arrays: Any) -> tuple[Any, ...]:
+    """MPI moves bool arrays as bytes."""
+    if arrays[0].dtype.kind != "b":
+        return arrays
+    return tuple(a.view(np.uint8) for a in arrays)
+
+
 class MpiBackend:
-    """All-reduce and broadcast with ``MPI_Iallreduce`` / ``MPI_Ibcast``.
+    """Every collective with the MPI library's non-blocking collectives.
 
     Args:
         comm: The library's communicator.
@@ -30,6 +48,11 @@ class MpiBackend:
     """
 
     name = "mpi"
+    collectives = COLLECTIVES
+    devices = frozenset({"host"})
+    dtypes = HOST_DTYPES
+    in_place = True
+    compression: frozenset[str] = frozenset()
 
     #: From this size on, data is reduced in a long-lived scratch buffer: MPI libraries
     #: register (pin) large buffers with the network layer and cache the registration, so a
@@ -55,8 +78,10 @@ class MpiBackend:
         op: ReduceOp,
         header: Header | None,
         deadline: Deadline,
+        codec: Codec | None = None,
     ) -> None:
         """Reduce with the MPI library (in place when ``src is dst``)."""
+        unsupported_codec(self, codec)
         if header is not None:
             verify_headers(self.comm, header, deadline, self.ranks)
         if src is not dst and dst.nbytes >= self.SCRATCH_MIN_BYTES:
@@ -83,6 +108,65 @@ class MpiBackend:
             self.comm.Bcast(buf, root=root)
         else:
             wait_request(self.comm.Ibcast(buf, root=root), deadline, False)
+
+    def allgather(
+        self,
+        src: np.ndarray,
+        dst: np.ndarray,
+        counts: Sequence[int],
+        header: Header | None,
+        deadline: Deadline,
+    ) -> None:
+        """``MPI_Iallgatherv`` of ``counts[r]`` elements from each rank ``r``."""
+        if header is not None:
+            verify_headers(self.comm, header, deadline, self.ranks)
+        send, recv = _bytes_if_bool(src, dst)
+        counts = np.asarray(counts, dtype=np.int64)
+        request = self.comm.Iallgatherv(send, [recv, (counts, displacements(counts))])
+        wait_request(request, deadline, deadline.timeout is None)
+
+    def reduce_scatter(
+        self,
+        src: np.ndarray,
+        dst: np.ndarray,
+        counts: Sequence[int],
+        op: ReduceOp,
+        header: Header | None,
+        deadline: Deadline,
+    ) -> None:
+        """``MPI_Ireduce_scatter``: rank ``r`` keeps the ``r``-th block of ``counts[r]``."""
+        if header is not None:
+            verify_headers(self.comm, header, deadline, self.ranks)
+        request = self.comm.Ireduce_scatter(src, dst, [int(c) for c in counts], op=op.mpi)
+        wait_request(request, deadline, deadline.timeout is None)
+
+    def alltoall(
+        self,
+        src: np.ndarray,
+        dst: np.ndarray,
+        send_counts: Sequence[int],
+        recv_counts: Sequence[int],
+        header: Header | None,
+        deadline: Deadline,
+    ) -> None:
+        """``MPI_Ialltoallv``: blocks of ``send_counts`` out, of ``recv_counts`` in."""
+        if header is not None:
+            verify_headers(self.comm, header, deadline, self.ranks)
+        send, recv = _bytes_if_bool(src, dst)
+        s_counts = np.asarray(send_counts, dtype=np.int64)
+        r_counts = np.asarray(recv_counts, dtype=np.int64)
+        request = self.comm.Ialltoallv(
+            [send, (s_counts, displacements(s_counts))],
+            [recv, (r_counts, displacements(r_counts))],
+        )
+        wait_request(request, deadline, deadline.timeout is None)
+
+    def barrier(self, header: Header | None, deadline: Deadline) -> None:
+        """Verify ``header`` across ranks (which synchronises them), else ``MPI_Ibarrier``."""
+        if header is not None:
+            verify_headers(self.comm, header, deadline, self.ranks)
+        else:
+            wait_request(self.comm.Ibarrier(), deadline, False)
 
     def close(self) -> None:
         """Nothing to release: the communicator belongs to the caller."""

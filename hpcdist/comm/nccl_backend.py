@@ -7,11 +7,15 @@ host synchronisation is needed. Under a deadline (``timeout_seconds``) the backe
 an event recorded after the operation; past the deadline it aborts the NCCL communicator (NCCL's
 way out of an operation that will never complete) and raises `DeadlineExceededError`.
 
-CuPy is imported when the backend is created, never at import time.
+CuPy is imported when the backend is created, never at import time: this module imports
+without CuPy, and `nccl_dtype` / `nccl_op` (NCCL's codes, used by `hpcdist.NcclAllReduce`)
+work without it.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,17 +23,21 @@ import numpy as np
 from mpi4py import MPI
 
 from hpcdist.comm.arrays import stage_to_host
+from hpcdist.comm.backend import Backend, DelegatingBackend, unsupported_codec
 from hpcdist.comm.checks import Deadline, Header, verify_headers
+from hpcdist.comm.compression import Codec, get_codec
+from hpcdist.comm.cuda_mpi import CudaAwareMpiBackend, StagedMpiBackend
 from hpcdist.comm.mpi_backend import wait_request
 from hpcdist.comm.reduce_op import ReduceOp
 from hpcdist.errors import ClusterConfigError, UnavailableError
-from hpcdist.utils.xp import import_cupy
+from hpcdist.utils.xp import array_module, import_cupy
 
 __all__ = [
     "HierarchicalNcclBackend",
     "NcclBackend",
     "bf16_to_float32",
     "float32_to_bf16",
+    "nccl_available",
     "nccl_dtype",
     "nccl_op",
 ]
@@ -49,6 +57,8 @@ _NCCL_DTYPES = {
     "d": 8,  # float64
 }
 NCCL_BFLOAT16 = 9
+# the NCCL type of each 16-bit wire format
+_NCCL_WIRE = {"fp16": _NCCL_DTYPES["e"], "bf16": NCCL_BFLOAT16}
 # ncclRedOp_t values
 _NCCL_OPS = {ReduceOp.SUM: 0, ReduceOp.PROD: 1, ReduceOp.MAX: 2, ReduceOp.MIN: 3}
 
@@ -63,22 +73,33 @@ def nccl_dtype(dtype: np.dtype) -> int | None:
     return _NCCL_DTYPES.get(np.dtype(dtype).char)
 
 
+@functools.cache
+def nccl_available() -> bool:
+    """Whether CuPy is installed and its NCCL bindings load (no GPU needed to answer)."""
+    if importlib.util.find_spec("cupy") is None:
+        return False
+    try:
+        from cupy.cuda import nccl
+
+        return bool(nccl.available)
+    except Exception:  # CuPy without NCCL, or a broken install
+        return False
+
+
 def float32_to_bf16(x: Any) -> Any:
     """bfloat16 bit patterns (uint16) of a float32 CuPy array, rounded to nearest even."""
-    xp = import_cupy("bfloat16 compression")
-    bits = x.view(xp.uint32)
-    rounded = bits + xp.uint32(0x7FFF) + ((bits >> 16) & xp.uint32(1))
-    return (rounded >> 16).astype(xp.uint16)
+    return get_codec("bf16").encode(x)
 
 
 def bf16_to_float32(bits: Any) -> Any:
     """float32 values of bfloat16 bit patterns (uint16) in a CuPy array."""
-    xp = import_cupy("bfloat16 compression")
-    return (bits.astype(xp.uint32) << 16).view(xp.float32)
+    return get_codec("bf16").decode(bits, np.float32)
 
 
-class NcclBackend:
+class NcclBackend(DelegatingBackend):
     """All-reduce, broadcast, all-gather and reduce-scatter with NCCL on one GPU per rank.
+
+    All-to-all and the barrier go through MPI (`StagedMpiBackend`).
 
     Construction is collective over ``comm``: every rank checks that it can create the backend,
     the ranks agree (so an error on one rank is an error on all), then they check that no two
@@ -96,11 +117,16 @@ class NcclBackend:
     """
 
     name = "nccl"
+    collectives = frozenset({"allreduce", "broadcast", "allgather", "reduce_scatter"})
+    devices = frozenset({"gpu"})
+    dtypes = frozenset(_NCCL_DTYPES)
+    compression = frozenset(_NCCL_WIRE)
 
     def __init__(self, comm: MPI.Intracomm, device: int, ranks: Sequence[int] | None = None):
         self.comm = comm
         self.device = int(device)
         self.ranks = list(range(comm.Get_size())) if ranks is None else list(ranks)
+        self.fallback = StagedMpiBackend(comm, self.ranks)
         rank = comm.Get_rank()
         problem, where = None, None
         try:
@@ -179,12 +205,13 @@ class NcclBackend:
         op: ReduceOp,
         header: Header | None,
         deadline: Deadline,
-        nccl_type: int | None = None,
+        codec: Codec | None = None,
     ) -> None:
         """Reduce ``src`` into ``dst`` (CuPy arrays; ``src is dst`` means in place).
 
-        ``nccl_type`` overrides the NCCL data type (bfloat16 bit patterns in a uint16 buffer).
+        With ``codec`` the buffers hold 16-bit words, reduced as NCCL's float16 or bfloat16.
         """
+        unsupported_codec(self, codec)
         if header is not None:
             verify_headers(self.comm, header, deadline, self.ranks)
         self.check_device(src, dst)
@@ -194,7 +221,7 @@ class NcclBackend:
                 src.data.ptr,
                 dst.data.ptr,
                 src.size,
-                self._code(src.dtype) if nccl_type is None else nccl_type,
+                self._code(src.dtype) if codec is None else _NCCL_WIRE[codec.name],
                 _NCCL_OPS[op],
                 stream.ptr,
             )
@@ -212,30 +239,74 @@ class NcclBackend:
             )
         self._finish(stream, deadline)
 
-    def allgather(self, src: Any, dst: Any, deadline: Deadline) -> None:
-        """Concatenate every rank's ``src`` (equal sizes) into ``dst``, in rank order."""
+    def allgather(
+        self, src: Any, dst: Any, counts: Sequence[int], header: Header | None, deadline: Deadline
+    ) -> None:
+        """Concatenate every rank's ``src`` into ``dst``, in rank order.
+
+        NCCL gathers equal counts, so uneven blocks are padded to the largest and compacted
+        after.
+        """
+        if header is not None:
+            verify_headers(self.comm, header, deadline, self.ranks)
         self.check_device(src, dst)
+        xp = array_module(src)
+        size, most = len(counts), max(counts)
+        even = all(c == most for c in counts)
+        send = src
+        if src.size < most:
+            send = xp.zeros(most, dtype=src.dtype)
+            send[: src.size] = src
+        recv = dst if even else xp.empty(size * most, dtype=src.dtype)
         stream = self._stream()
         with self._cupy.cuda.Device(self.device):
             self.communicator.allGather(
-                src.data.ptr, dst.data.ptr, src.nbytes, self._code(np.dtype(np.uint8)), stream.ptr
+                send.data.ptr, recv.data.ptr, send.nbytes, _NCCL_DTYPES["B"], stream.ptr
             )
         self._finish(stream, deadline)
+        if not even:
+            offset = 0
+            for r, count in enumerate(counts):
+                dst[offset : offset + count] = recv[r * most : r * most + count]
+                offset += count
 
-    def reduce_scatter(self, src: Any, dst: Any, op: ReduceOp, deadline: Deadline) -> None:
-        """Reduce ``src`` (``size * dst.size`` elements) and keep this rank's block in ``dst``."""
+    def reduce_scatter(
+        self,
+        src: Any,
+        dst: Any,
+        counts: Sequence[int],
+        op: ReduceOp,
+        header: Header | None,
+        deadline: Deadline,
+    ) -> None:
+        """Reduce ``src`` and keep this rank's block in ``dst`` (blocks padded to the largest)."""
+        if header is not None:
+            verify_headers(self.comm, header, deadline, self.ranks)
         self.check_device(src, dst)
+        xp = array_module(src)
+        size, most = len(counts), max(counts)
+        padded = src
+        if any(c != most for c in counts):
+            padded = xp.zeros(size * most, dtype=src.dtype)
+            offset = 0
+            for r, count in enumerate(counts):
+                padded[r * most : r * most + count] = src[offset : offset + count]
+                offset += count
+        mine = counts[self.comm.Get_rank()]
+        out = dst if mine == most else xp.empty(most, dtype=src.dtype)
         stream = self._stream()
         with self._cupy.cuda.Device(self.device):
             self.communicator.reduceScatter(
-                src.data.ptr,
-                dst.data.ptr,
-                dst.size,
+                padded.data.ptr,
+                out.data.ptr,
+                most,
                 self._code(src.dtype),
                 _NCCL_OPS[op],
                 stream.ptr,
             )
         self._finish(stream, deadline)
+        if out is not dst:
+            dst[...] = out[:mine]
 
     def close(self) -> None:
         """Destroy the NCCL communicator (after the current stream's work)."""
@@ -247,7 +318,7 @@ class NcclBackend:
         self.communicator = None
 
 
-class HierarchicalNcclBackend:
+class HierarchicalNcclBackend(DelegatingBackend):
     """NCCL inside each node, MPI between node leaders (``HPCDIST_NCCL_HIERARCHICAL=1``).
 
     Each node reduces onto its leader (local rank 0) with NCCL, the leaders all-reduce the node
@@ -262,9 +333,16 @@ class HierarchicalNcclBackend:
         leader_comm: The node leaders, or ``MPI.COMM_NULL`` on other ranks.
         device: This rank's GPU.
         cuda_aware: Hand device buffers to MPI directly.
+
+    The collectives other than all-reduce go over MPI on the whole group (CUDA-aware or
+    staged through the host).
     """
 
     name = "nccl-hierarchical"
+    collectives = frozenset({"allreduce"})
+    devices = frozenset({"gpu"})
+    dtypes = NcclBackend.dtypes
+    compression = NcclBackend.compression
 
     def __init__(
         self,
@@ -277,6 +355,7 @@ class HierarchicalNcclBackend:
         self.comm, self.leader_comm, self.cuda_aware = comm, leader_comm, cuda_aware
         self.node = NcclBackend(node_comm, device)
         self.device = device
+        self.fallback: Backend = (CudaAwareMpiBackend if cuda_aware else StagedMpiBackend)(comm)
 
     def allreduce(
         self,
@@ -285,16 +364,17 @@ class HierarchicalNcclBackend:
         op: ReduceOp,
         header: Header | None,
         deadline: Deadline,
-        nccl_type: int | None = None,
+        codec: Codec | None = None,
     ) -> None:
         """Node all-reduce with NCCL, leaders' MPI all-reduce, node broadcast with NCCL."""
+        unsupported_codec(self, codec)
         if header is not None:
             verify_headers(self.comm, header, deadline)
-        self.node.allreduce(src, dst, op, None, deadline, nccl_type)
+        self.node.allreduce(src, dst, op, None, deadline, codec)
         if self.leader_comm != MPI.COMM_NULL and self.leader_comm.Get_size() > 1:
             cupy = self.node._cupy
-            # MPI has no bfloat16: the node sums cross the network as float32.
-            wide = bf16_to_float32(dst) if nccl_type == NCCL_BFLOAT16 else dst
+            # MPI has no 16-bit floats: the node sums cross the network as float32.
+            wide = dst if codec is None else codec.decode(dst, np.float32)
             if self.cuda_aware:
                 cupy.cuda.get_current_stream().synchronize()
                 buf = wide
@@ -305,7 +385,7 @@ class HierarchicalNcclBackend:
             if buf is not wide:
                 wide.set(buf)
             if wide is not dst:
-                dst[...] = float32_to_bf16(wide)
+                dst[...] = codec.encode(wide)
         self.node.broadcast(dst, 0, None, deadline)
 
     def close(self) -> None:

@@ -1,11 +1,12 @@
-"""Ring all-reduce over MPI point-to-point messages, optionally with a 16-bit wire format.
+"""Ring all-reduce over MPI point-to-point messages, also of 16-bit wire words.
 
 The classic bandwidth-optimal algorithm: ``n - 1`` reduce-scatter steps, in which each rank sends
 one segment to its right neighbour and adds the segment received from its left, then ``n - 1``
 all-gather steps that circulate the reduced segments. Each rank sends ``2 (n - 1) / n`` of the
-message. With a codec the segments travel as 16-bit words and are accumulated in the input's
-precision; the owner of a reduced segment rounds it before sending it round, so every rank ends
-with bitwise-identical values.
+message. Given a codec, the buffer holds 16-bit words (`CompressedBackend` encodes them): each
+step decodes both operands to float32, reduces, and rounds the partial sum back to 16 bits, so
+every rank ends with bitwise-identical values. The ring is the host backend that carries
+compressed all-reduces (MPI cannot add 16-bit floats).
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from collections.abc import Sequence
 import numpy as np
 from mpi4py import MPI
 
+from hpcdist.comm.backend import HOST_DTYPES, DelegatingBackend, unsupported_codec
 from hpcdist.comm.checks import Deadline, Header, verify_headers
 from hpcdist.comm.compression import Codec
-from hpcdist.comm.mpi_backend import wait_request
+from hpcdist.comm.mpi_backend import MpiBackend, wait_request
 from hpcdist.comm.reduce_op import ReduceOp
 from hpcdist.utils.split import balanced_bounds
 
@@ -40,38 +42,36 @@ def ring_allreduce(
         acc: Contiguous 1-D array holding this rank's input; receives the result.
         op: SUM, MIN, MAX or PROD.
         deadline: Bounds every wait.
-        codec: 16-bit wire format, or None to send ``acc``'s own dtype.
+        codec: The wire format of ``acc``'s 16-bit words, or None for plain values.
     """
     n, r = comm.Get_size(), comm.Get_rank()
     if n == 1:
-        if codec is not None:
-            acc[:] = codec.decode(codec.encode(acc), acc.dtype)
         return
     bounds = balanced_bounds(acc.size, n)
     right, left = (r + 1) % n, (r - 1) % n
     blocking = deadline.timeout is None
-    wire = acc.dtype if codec is None else codec.wire_dtype
-    recv = np.empty(bounds[0][1] - bounds[0][0], dtype=wire)
+    recv = np.empty(bounds[0][1] - bounds[0][0], dtype=acc.dtype)
 
     def exchange(send_seg: int, recv_seg: int) -> np.ndarray:
         slo, shi = bounds[send_seg]
         rlo, rhi = bounds[recv_seg]
-        payload = acc[slo:shi] if codec is None else codec.encode(acc[slo:shi])
         incoming = recv[: rhi - rlo]
         requests = [
             comm.Irecv(incoming, source=left, tag=_TAG),
-            comm.Isend(payload, dest=right, tag=_TAG),
+            comm.Isend(acc[slo:shi], dest=right, tag=_TAG),
         ]
         wait_request(_All(requests), deadline, blocking)
-        return incoming if codec is None else codec.decode(incoming, acc.dtype)
+        return incoming
 
     for step in range(n - 1):
         send_seg, recv_seg = (r - step) % n, (r - step - 1) % n
         lo, hi = bounds[recv_seg]
-        op.ufunc(acc[lo:hi], exchange(send_seg, recv_seg), out=acc[lo:hi])
-    if codec is not None:
-        lo, hi = bounds[(r + 1) % n]
-        acc[lo:hi] = codec.decode(codec.encode(acc[lo:hi]), acc.dtype)
+        incoming = exchange(send_seg, recv_seg)
+        if codec is None:
+            op.ufunc(acc[lo:hi], incoming, out=acc[lo:hi])
+        else:
+            mine, theirs = codec.decode(acc[lo:hi], np.float32), codec.decode(incoming, np.float32)
+            acc[lo:hi] = codec.encode(op.ufunc(mine, theirs, out=mine))
     for step in range(n - 1):
         send_seg, recv_seg = (r + 1 - step) % n, (r - step) % n
         lo, hi = bounds[recv_seg]
@@ -91,23 +91,25 @@ class _All:
         return MPI.Request.Testall(self.requests)
 
 
-class RingBackend:
-    """Ring all-reduce; broadcast uses the MPI library.
+class RingBackend(DelegatingBackend):
+    """Ring all-reduce (also of 16-bit wire words); broadcast uses the MPI library.
+
+    All-gather, reduce-scatter, all-to-all and the barrier go to an `MpiBackend` on ``comm``.
 
     Args:
         comm: The library's communicator.
         ranks: Global rank of each member (for messages).
-        codec: Optional 16-bit wire format for floating-point data.
     """
 
     name = "ring"
+    collectives = frozenset({"allreduce", "broadcast"})
+    dtypes = HOST_DTYPES
+    compression = frozenset({"fp16", "bf16"})
 
-    def __init__(
-        self, comm: MPI.Intracomm, ranks: Sequence[int] | None = None, codec: Codec | None = None
-    ) -> None:
+    def __init__(self, comm: MPI.Intracomm, ranks: Sequence[int] | None = None) -> None:
         self.comm = comm
         self.ranks = list(range(comm.Get_size())) if ranks is None else list(ranks)
-        self.codec = codec
+        self.fallback = MpiBackend(comm, self.ranks)
 
     def allreduce(
         self,
@@ -116,13 +118,14 @@ class RingBackend:
         op: ReduceOp,
         header: Header | None,
         deadline: Deadline,
+        codec: Codec | None = None,
     ) -> None:
         """Reduce around the ring (in place when ``src is dst``)."""
+        unsupported_codec(self, codec)
         if header is not None:
             verify_headers(self.comm, header, deadline, self.ranks)
         if src is not dst:
             dst[:] = src
-        codec = self.codec if dst.dtype.kind == "f" else None
         ring_allreduce(self.comm, dst, op, deadline, codec)
 
     def broadcast(

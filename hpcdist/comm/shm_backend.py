@@ -29,20 +29,28 @@ phase counters stay in step, so the communicator remains usable.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 from mpi4py import MPI
 
+from hpcdist.comm.backend import HOST_DTYPES, DelegatingBackend, unsupported_codec
 from hpcdist.comm.checks import HEADER_WORDS, Deadline, Header, mismatch_error
+from hpcdist.comm.mpi_backend import MpiBackend
 from hpcdist.comm.reduce_op import ReduceOp
+
+if TYPE_CHECKING:
+    from hpcdist.comm.compression import Codec
 
 __all__ = ["ShmBackend"]
 
 _LINE = 64
 
 
-class ShmBackend:
-    """All-reduce and broadcast among the ranks of one node.
+class ShmBackend(DelegatingBackend):
+    """All-reduce, broadcast and barrier among the ranks of one node.
+
+    All-gather, reduce-scatter and all-to-all go to an `MpiBackend` on ``comm``.
 
     Args:
         comm: A communicator whose ranks share memory (collective construction).
@@ -52,6 +60,9 @@ class ShmBackend:
     """
 
     name = "shm"
+    collectives = frozenset({"allreduce", "broadcast", "barrier"})
+    #: numpy reduces float16 itself
+    dtypes = HOST_DTYPES | {"e"}
 
     def __init__(
         self,
@@ -64,6 +75,7 @@ class ShmBackend:
         self.n = n = comm.Get_size()
         self.me = comm.Get_rank()
         self.ranks = list(range(n)) if ranks is None else list(ranks)
+        self.fallback = MpiBackend(comm, self.ranks)
         self.chunk = max(_LINE, chunk_bytes // _LINE * _LINE)
         self.direct_bytes = min(direct_bytes, self.chunk)
         header_bytes = HEADER_WORDS * 8
@@ -193,8 +205,10 @@ class ShmBackend:
         op: ReduceOp,
         header: Header | None,
         deadline: Deadline,
+        codec: Codec | None = None,
     ) -> None:
         """Reduce through the node's segment (in place when ``src is dst``)."""
+        unsupported_codec(self, codec)
         if self.n == 1:
             self.barrier(header, deadline)
             if src is not dst:

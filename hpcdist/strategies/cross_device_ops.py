@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from hpcdist.comm import nccl_dtype, nccl_op
 from hpcdist.comm.reduce_op import ReduceOp
 from hpcdist.errors import UnavailableError
 from hpcdist.strategies.values import Mirrored, local_results
@@ -148,8 +149,6 @@ class NcclAllReduce(CrossDeviceOps):
         del destinations
         import cupy
         from cupy.cuda import nccl
-
-        from hpcdist.comm.nccl_backend import nccl_dtype, nccl_op
 
         op = ReduceOp.parse(reduce_op)
         values = list(local_results(per_replica_value))

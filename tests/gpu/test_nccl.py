@@ -55,7 +55,7 @@ def test_allreduce_stays_on_the_device(comm, dtype, op):
     assert out.device.id == x.device.id
     host = cupy.asnumpy(x)
     cupy.testing.assert_allclose(out, host if op != "prod" else host**comm.size, rtol=1e-3)
-    assert type(comm._nccl).__name__ == "NcclBackend"
+    assert type(comm._backends.nccl).__name__ == "NcclBackend"
 
 
 def test_bool_complex_and_in_place(comm):
@@ -126,9 +126,9 @@ def test_array_on_another_device_is_rejected(comm):
 
 
 def test_nccl_asked_for_but_missing_is_unavailable_for_every_collective(monkeypatch):
-    import hpcdist.comm.communicator as communicator
+    import hpcdist.comm.selection as selection
 
-    monkeypatch.setattr(communicator, "nccl_available", lambda: False)
+    monkeypatch.setattr(selection, "nccl_available", lambda: False)
     comm = hd.Communicator(options=NCCL)
     x = cupy.ones((4, 2), dtype=cupy.float32)
     calls = [

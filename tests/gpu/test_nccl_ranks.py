@@ -13,6 +13,7 @@ from hpcdist.cluster.gpus import bind_gpu
 from hpcdist.comm.nccl_backend import NcclBackend
 from hpcdist.errors import ClusterConfigError, CollectiveMismatchError
 from hpcdist.settings import Settings
+from hpcdist.utils.split import balanced_sizes
 
 cupy = pytest.importorskip("cupy", reason="CuPy is not installed (GPU tests need it)")
 pytestmark = pytest.mark.mpi(min_size=2)
@@ -83,8 +84,8 @@ def test_broadcast_uneven_allgather_and_reduce_scatter(comm):
     z = cupy.arange(5 * 2, dtype=cupy.float32).reshape(5, 2) * (comm.rank + 1)
     mine = comm.reduce_scatter(z, "sum")
     full = np.arange(10, dtype=np.float32).reshape(5, 2) * sum(range(1, comm.size + 1))
-    start = sum(hd._split.balanced_sizes(5, comm.size)[: comm.rank])
-    count = hd._split.balanced_sizes(5, comm.size)[comm.rank]
+    start = sum(balanced_sizes(5, comm.size)[: comm.rank])
+    count = balanced_sizes(5, comm.size)[comm.rank]
     cupy.testing.assert_array_equal(mine, full[start : start + count])
 
 
@@ -126,7 +127,7 @@ def test_hierarchical_nccl_over_fake_nodes(comm):
         got = hier.allreduce(x / 1000, "sum", opts)
         cupy.testing.assert_allclose(got, np.arange(1000) / 1000 * total, rtol=2e-2, atol=2e-2)
     if hier.num_nodes > 1:
-        assert type(hier._nccl_hier).__name__ == "HierarchicalNcclBackend"
+        assert type(hier._backends.nccl_hier).__name__ == "HierarchicalNcclBackend"
     hier.close()
 
 

@@ -1,0 +1,280 @@
+"""The all-reduce family: plain, in place, fused (grouped), and the small-message fast path.
+
+Every all-reduce: (1) takes a host or device buffer (`hpcdist.comm.arrays`), (2) validates
+the arguments locally, an error poisoning the header check so that every rank raises,
+(3) checks the header across ranks (inside the shared-memory barrier when the SHM backend
+carries the data), (4) reduces with the chosen backend (`hpcdist.comm.selection`), wrapped in
+compression when asked for, and (5) finishes MEAN with `mean_from_sum`.
+
+The fast path serves small contiguous numpy arrays on one node: one shared-memory barrier,
+with the Python work per call cut to the minimum, since small messages are latency-bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from hpcdist.comm import fusion
+from hpcdist.comm.arrays import check_reducible, from_wire, mean_from_sum, to_host, to_wire
+from hpcdist.comm.checks import _MASK, KINDS, Deadline, Header
+from hpcdist.comm.context import Context, Resolved, same
+from hpcdist.comm.options import CommunicationImplementation, CommunicationOptions
+from hpcdist.comm.reduce_op import ReduceOp
+from hpcdist.errors import DeadlineExceededError
+from hpcdist.utils.xp import array_module
+
+__all__ = ["AllReduce"]
+
+_ALLREDUCE = KINDS["allreduce"]
+_MEAN = ReduceOp.MEAN
+_SUM = ReduceOp.SUM
+_OPS: dict[Any, ReduceOp] = {op: op for op in ReduceOp}
+_OPS.update({op.name: op for op in ReduceOp})
+_OPS.update({op.name.lower(): op for op in ReduceOp})
+# dtype characters the one-barrier fast path reduces directly (numeric, not bool or complex)
+_FAST_CHARS = frozenset("efdbBhHiIlLqQ")
+# op or name -> (op, code, ufunc) for the fast path (enum properties cost a lookup each)
+_SMALL_OPS = {key: (op, op.code, op.ufunc) for key, op in _OPS.items()}
+#: Implementations under which the fast path may carry an all-reduce.
+SHM_IMPLS = (CommunicationImplementation.AUTO, CommunicationImplementation.SHM)
+
+
+def device_reduce_error(dtype: np.dtype, op: ReduceOp) -> str | None:
+    """Why a GPU backend cannot reduce ``dtype`` with ``op`` (None when it can)."""
+    if dtype.kind == "c" and op is ReduceOp.PROD:
+        return "NCCL cannot multiply complex arrays; use implementation='mpi' (staged via host)"
+    return None
+
+
+class AllReduce:
+    """The all-reduces of one communicator.
+
+    Args:
+        ctx: What the communicator's collectives share.
+    """
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.env = ctx.env
+        self.backends = ctx.backends
+        self.size = ctx.size
+        default = ctx.opts(None)
+        self._shm = ctx.backends.shm
+        self._small_deadline = Deadline(default.timeout, ctx.env.stall, None, ctx.env.board, 0)
+        #: Whether the one-barrier fast path may serve small all-reduces.
+        self.fast = ctx.size > 1 and ctx.num_nodes == 1 and ctx.settings.shm_min_bytes == 0
+
+    # -- fast path ----------------------------------------------------------------------------
+
+    def small(
+        self,
+        x: np.ndarray,
+        op: ReduceOp | str,
+        timeout: float | None,
+        out: np.ndarray | None = None,
+    ) -> np.ndarray | None:
+        """One-barrier shared-memory all-reduce of a small contiguous array, or None if not one.
+
+        The same protocol as the general path (fingerprint in the shared-memory barrier). With
+        ``out`` (``x`` itself for ``allreduce_``) the result is written there.
+        """
+        spec = _SMALL_OPS.get(op)
+        dtype = x.dtype
+        shm = self._shm
+        env = self.env
+        if (
+            spec is None
+            or dtype.char not in _FAST_CHARS
+            or x.nbytes > shm.direct_bytes
+            or env.broken is not None
+            or not x.flags.c_contiguous
+        ):
+            return None
+        op, code, ufunc = spec
+        seq = env.seq = env.seq + 1
+        env.board.mine[0] = seq
+        shape = x.shape
+        # With checks off every rank posts 0, so the comparison always passes.
+        print_ = (
+            hash((seq, _ALLREDUCE, code, ord(dtype.char), 0, shape)) & _MASK if env.checks else 0
+        )
+        deadline = self._small_deadline
+        deadline.start, deadline.seq, deadline._warned = None, seq, False
+        deadline.timeout, deadline.header = timeout, None
+        deadline.header_fn = header = lambda: Header(seq, _ALLREDUCE, code, ord(dtype.char), shape)
+        try:
+            out = shm.allreduce_small(x, ufunc, print_, header, deadline, out)
+        except DeadlineExceededError as exc:
+            env.fail(exc)
+            raise
+        if op is _MEAN:
+            mean_from_sum(out, self.size)
+        return out
+
+    # -- general path -------------------------------------------------------------------------
+
+    def allreduce(
+        self, x: Any, op: ReduceOp | str, options: CommunicationOptions | None, in_place: bool
+    ) -> Any:
+        """All-reduce ``x`` (a new array, or ``x`` itself with ``in_place``)."""
+        op = _OPS.get(op) or ReduceOp.parse(op)
+        opts = self.ctx.opts(options)
+        path, why = None, None
+        if type(x) is np.ndarray:
+            arr, back = x, None
+        else:
+            path, why = self.backends.device_path(x, opts.implementation, allreduce=True)
+            arr, back = (x, None) if path else to_host(x)
+        on_device = path is not None
+        kind = KINDS["nccl_allreduce"] if path == "nccl" else _ALLREDUCE
+        header, deadline = self.env.begin(
+            lambda seq: Header(seq, kind, op.code, ord(arr.dtype.char), arr.shape), opts.timeout
+        )
+        error = why
+        if error is None and arr.dtype.kind in "bc":
+            error = check_reducible(arr.dtype, op)
+        if on_device and error is None:
+            error = device_reduce_error(arr.dtype, op)
+        writeable = (type(x) is np.ndarray and x.flags.writeable) or on_device
+        if in_place and error is None and not writeable:
+            error = (
+                f"allreduce_ works in place on writeable numpy (or device-carried CuPy) arrays "
+                f"only, got {type(x).__name__}"
+            )
+        local_error = self.env.rank_error(error, why)
+        return self.env.guard(
+            lambda: self.reduce(
+                x, arr, back, op, opts, header, deadline, local_error, in_place, path
+            )
+        )
+
+    def reduce(
+        self,
+        x: Any,
+        arr: Any,
+        back: Any,
+        op: ReduceOp,
+        opts: Resolved,
+        header: Header,
+        deadline: Deadline,
+        local_error: Exception | None,
+        in_place: bool,
+        path: str | None = None,
+    ) -> Any:
+        """Check, then reduce ``arr``; the shared body of every all-reduce.
+
+        Args:
+            x: The caller's array (returned by in-place reductions).
+            arr: ``x`` as a numpy array, or the CuPy array itself when ``path`` is set.
+            back: Converts a host result to the caller's array type; None for numpy.
+            op: The op (MEAN is reduced as SUM, then finished).
+            opts: Resolved options.
+            header: This collective's header.
+            deadline: Bounds every wait.
+            local_error: This rank's argument error (poisons the check), or None.
+            in_place: Write the result into ``arr``.
+            path: The GPU path (``"nccl"`` or ``"mpi"``), None for host buffers.
+        """
+        backends = self.backends
+        compress = opts.compression if arr.dtype.kind == "f" and op.code <= 2 else None
+        fused = False
+        if path is not None:
+            self.env.check(header, deadline, local_error)
+            backend = backends.for_device(path, arr, allreduce=True)
+            if compress in backend.compression:
+                backend = backends.compressed(backend, compress)
+            else:
+                compress = None
+            xp = array_module(arr)
+        else:
+            backend = backends.for_allreduce(arr.nbytes, opts.implementation)
+            if compress:
+                backend = backends.compressed(backend, compress)
+            fused = (
+                backend is self._shm
+                and local_error is None
+                and self.ctx.num_nodes == 1
+                and self.size > 1
+                and self.env.checks
+            )
+            if not fused:
+                self.env.check(header, deadline, local_error)
+            xp = np
+        contiguous = arr.flags.c_contiguous
+        flat = arr.reshape(-1) if contiguous else xp.ascontiguousarray(arr).reshape(-1)
+        wire, how = to_wire(flat, backend.dtypes)
+        fresh = how == "cast" or not contiguous
+        if (fresh or in_place) and backend.in_place:
+            src = dst = wire
+        else:
+            src, dst = wire, xp.empty_like(wire)
+        if self.size == 1 and path is None and compress is None:
+            if src is not dst:
+                dst[...] = src
+        else:
+            backend.allreduce(
+                src, dst, _SUM if op is _MEAN else op, header if fused else None, deadline
+            )
+        if op is _MEAN:
+            mean_from_sum(dst, self.size)
+        result = from_wire(dst, how, arr.dtype)
+        if arr.ndim != 1:
+            result = result.reshape(arr.shape)
+        if in_place:
+            if fresh or dst is not src:
+                arr[...] = result
+            return x
+        return result if back is None else back(result)
+
+    # -- fused --------------------------------------------------------------------------------
+
+    def grouped(
+        self, xs: Sequence[Any], op: ReduceOp | str, options: CommunicationOptions | None
+    ) -> list[Any]:
+        """All-reduce ``xs`` in packs of about ``bytes_per_pack`` bytes (tensor fusion)."""
+        op = _OPS.get(op) or ReduceOp.parse(op)
+        opts = self.ctx.opts(options)
+        env = self.env
+        # GPU arrays stay on the GPU (packed there, carried by NCCL) when all of them can.
+        paths = [self.backends.device_path(x, opts.implementation, allreduce=True) for x in xs]
+        path = paths[0][0] if xs and all(p == paths[0][0] for p, _ in paths) else None
+        nccl_error = next((e for _, e in paths if e), None)
+        if path is not None:
+            hosts = [(x, same) for x in xs]
+        else:
+            hosts = [to_host(x) for x in xs]
+            nccl_error = None
+        arrays = [a for a, _ in hosts]
+        plan = fusion.plan_packs(arrays, opts.bytes_per_pack)
+        results: list[Any] = [None] * len(arrays)
+        layout = hash(tuple((ord(a.dtype.char), a.shape) for a in arrays)) & 0x3FFFFFFF
+        kind = KINDS["nccl_grouped_allreduce" if path == "nccl" else "grouped_allreduce"]
+        for indices in plan:
+            members = [arrays[i] for i in indices]
+            packed = fusion.pack(members)
+            header, deadline = env.begin(
+                lambda seq, p=packed: Header(
+                    seq, kind, op.code, ord(p.dtype.char), p.shape, layout
+                ),
+                opts.timeout,
+            )
+            error = nccl_error or check_reducible(packed.dtype, op)
+            if path is not None and error is None:
+                error = device_reduce_error(packed.dtype, op)
+            local_error = env.rank_error(error, nccl_error)
+            reduced = env.guard(
+                lambda p=packed, h=header, d=deadline, e=local_error: self.reduce(
+                    p, p, None, op, opts, h, d, e, True, path
+                )
+            )
+            for i, part in zip(indices, fusion.unpack(reduced, members), strict=True):
+                results[i] = hosts[i][1](part)
+        if not plan:
+            header, deadline = env.begin(
+                lambda seq: Header(seq, KINDS["grouped_allreduce"]), opts.timeout
+            )
+            env.guard(lambda: env.check(header, deadline))
+        return results

@@ -1,0 +1,86 @@
+"""Asynchronous collectives: `Handle` and the one background thread per communicator.
+
+Async collectives run in order on a single worker thread (MPI thread level ``multiple``;
+otherwise they run at once, in the caller's thread). A synchronous collective first waits for
+the pending async ones, so every rank issues the same sequence. CUDA's current device is per
+thread: each async collective runs on its caller's.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from mpi4py import MPI
+
+from hpcdist.utils.xp import current_gpu, device_scope
+
+__all__ = ["Handle", "Runner"]
+
+
+class Handle:
+    """The pending result of an ``*_async`` collective.
+
+    Args:
+        future: The future running the collective, or None when it already ran.
+        result: The result when it already ran.
+    """
+
+    def __init__(self, future: concurrent.futures.Future | None, result: Any = None) -> None:
+        self._future = future
+        self._result = result
+
+    def wait(self, timeout: float | None = None) -> Any:
+        """Block until the collective completes and return its result (or raise its error)."""
+        if self._future is None:
+            return self._result
+        return self._future.result(timeout)
+
+    def test(self) -> bool:
+        """Return whether the collective has completed."""
+        return self._future is None or self._future.done()
+
+
+class Runner:
+    """Runs a communicator's collectives one at a time, synchronously or in the background."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.pending: list[concurrent.futures.Future] = []
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+
+    def drain(self) -> None:
+        """Wait for every pending async collective (their errors stay in their handles)."""
+        pending = list(self.pending)
+        self.pending.clear()  # in place: callers may hold the list
+        for future in pending:
+            future.exception()
+
+    def sync(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn(*args)`` now, after the pending async collectives."""
+        if self.pending:
+            self.drain()
+        with self.lock:
+            return fn(*args)
+
+    def start(self, fn: Callable[..., Any], *args: Any) -> Handle:
+        """Queue ``fn(*args)`` on the background thread (or run it now without one)."""
+        if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+            return Handle(None, fn(*args))
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(1, "hpcdist-comm")
+        future = self._executor.submit(self._run, current_gpu(), fn, *args)
+        self.pending.append(future)
+        return Handle(future)
+
+    def _run(self, device: str | None, fn: Callable[..., Any], *args: Any) -> Any:
+        with self.lock, device_scope(device):
+            return fn(*args)
+
+    def close(self) -> None:
+        """Finish the pending collectives and stop the thread."""
+        self.drain()
+        if self._executor is not None:
+            self._executor.shutdown()
