@@ -26,10 +26,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import cloudpickle
+
+from hpcdist.core.variables import Variable
 from hpcdist.data.nest import flatten, map_structure
 from hpcdist.errors import CancelledError, WorkerPreemptedError
-from hpcdist.strategies.ps import strategy as ps_mod
-from hpcdist.strategies.ps.strategy import TAG_COMMAND, TAG_RESULT, ParameterServerStrategy
+from hpcdist.strategies.ps.runtime import creating_dataset, runtime
+from hpcdist.strategies.ps.strategy import ParameterServerStrategy
 
 __all__ = [
     "ClusterCoordinator",
@@ -134,20 +137,19 @@ class PerWorkerIterator(PerWorkerValues):
 
 
 def _local_resource(resource: int) -> Any:
-    return ps_mod.runtime().resources[resource]
+    return runtime().resources[resource]
 
 
 def _store_resource(resource: int, build: Callable[[], Any], dataset_fn: bool) -> None:
-    ps_mod._creating.dataset_fn = dataset_fn
-    try:
-        ps_mod.runtime().resources[resource] = build()
-    finally:
-        ps_mod._creating.dataset_fn = False
+    if dataset_fn:
+        with creating_dataset():
+            runtime().resources[resource] = build()
+    else:
+        runtime().resources[resource] = build()
 
 
 def _call_dataset_fn(dataset_fn: Callable[..., Any]) -> Any:
-    rt = ps_mod.runtime()
-    strategy = rt.strategy
+    strategy = runtime().strategy
     try:
         wants_context = len(inspect.signature(dataset_fn).parameters) >= 1
     except (TypeError, ValueError):
@@ -159,7 +161,7 @@ def _call_dataset_fn(dataset_fn: Callable[..., Any]) -> Any:
 
 
 def _iterate(resource: int) -> Any:
-    return iter(ps_mod.runtime().resources[resource])
+    return iter(runtime().resources[resource])
 
 
 class PerWorkerDataset:
@@ -203,20 +205,21 @@ class ClusterCoordinator:
                 "ClusterCoordinator needs a ParameterServerStrategy, got "
                 f"{type(strategy).__name__}: only parameter-server jobs schedule functions"
             )
-        existing = strategy._cluster_coordinator
-        if existing is not None:
-            return existing
+        rt = runtime()
+        if rt.cluster_coordinator is not None:
+            return rt.cluster_coordinator
         self = super().__new__(cls)
-        self._init(strategy)
-        strategy._cluster_coordinator = self
+        self._init(strategy, rt)
+        rt.cluster_coordinator = self
+        rt.add_shutdown_hook(self._stop)
         return self
 
     def __init__(self, strategy: Any) -> None:
         del strategy  # set up once, in __new__
 
-    def _init(self, strategy: ParameterServerStrategy) -> None:
+    def _init(self, strategy: ParameterServerStrategy, rt: Any) -> None:
         self.strategy = strategy
-        self._rt = ps_mod.runtime()
+        self._rt = rt
         self._workers = list(self._rt.roles.workers)
         self._cond = threading.Condition()
         self._queue: collections.deque[_Closure] = collections.deque()
@@ -236,8 +239,6 @@ class ClusterCoordinator:
     # -- scheduling ----------------------------------------------------------------------------
 
     def _function_key(self, fn: Callable[..., Any]) -> int:
-        import cloudpickle
-
         entry = self._functions.get(id(fn))
         if entry is None:
             try:
@@ -250,8 +251,6 @@ class ClusterCoordinator:
         return entry[0]
 
     def _closure(self, fn: Callable[..., Any], args: Any, kwargs: Any, worker: int | None):
-        import cloudpickle
-
         if not callable(fn):
             raise TypeError(f"schedule needs a callable, got {type(fn).__name__}")
         args = tuple(args or ())
@@ -304,7 +303,6 @@ class ClusterCoordinator:
 
     def fetch(self, value: Any) -> Any:
         """``value`` with every `RemoteValue` fetched and every variable read."""
-        from hpcdist.core.variables import Variable
 
         def leaf(v: Any) -> Any:
             if isinstance(v, RemoteValue):
@@ -403,9 +401,7 @@ class ClusterCoordinator:
         sent = self._sent[worker]
         blob = None if closure.key in sent else self._blobs[closure.key]
         sent.add(closure.key)
-        message = ("run", closure.key, blob, closure.args)
-        with self._rt.send_lock:
-            self._rt.ctrl.send(message, dest=worker, tag=TAG_COMMAND)
+        self._rt.send_command(worker, ("run", closure.key, blob, closure.args))
 
     def _receive(self, worker: int, reply: bytes) -> None:
         kind, payload, remote_tb = pickle.loads(reply)
@@ -429,16 +425,11 @@ class ClusterCoordinator:
             self._cond.notify_all()
 
     def _dispatch(self) -> None:
-        from mpi4py import MPI
-
-        ctrl = self._rt.ctrl
-        status = MPI.Status()
         idle = 0
         while True:
             got = False
-            while ctrl.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_RESULT, status=status):
-                source = status.Get_source()
-                self._receive(source, ctrl.recv(source=source, tag=TAG_RESULT))
+            while (result := self._rt.poll_result()) is not None:
+                self._receive(*result)
                 got = True
             with self._cond:
                 if self._stopping and not self._inflight and not any(self._targeted.values()):

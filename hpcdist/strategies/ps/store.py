@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 from mpi4py import MPI
+from mpi4py.util.dtlib import from_numpy_dtype
 
 from hpcdist.core.variables import Storage
 
@@ -35,8 +36,6 @@ def mpi_datatype(dtype: np.dtype, name: str) -> Any:
         TypeError: ``dtype`` is not an integer, float32/64 or complex64/128 type (e.g. float16,
             which MPI cannot add).
     """
-    from mpi4py.util.dtlib import from_numpy_dtype
-
     dtype = np.dtype(dtype)
     if dtype.kind not in "iufc" or (dtype.kind in "fc" and dtype.itemsize < 4):
         raise TypeError(

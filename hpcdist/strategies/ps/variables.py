@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from hpcdist.core.variables import Variable, VariableAggregation, VariableSynchronization
+from hpcdist.strategies.ps.runtime import runtime
 from hpcdist.strategies.ps.store import RmaStorage
 from hpcdist.utils.rows import sum_rows, unique_inverse
 
@@ -127,6 +128,10 @@ class PSVariable(Variable):
 
     _value = read_value
 
+    def checkpoint_value(self) -> np.ndarray:
+        """What a checkpoint saves: the whole value, ``Get`` into a fresh host array."""
+        return self._storage[0].read()
+
     def assign(self, value: Any, read_value: bool = True) -> Any:
         """``Accumulate(REPLACE)`` the value (element-wise atomic)."""
         self._storage[0].write(value)
@@ -176,8 +181,6 @@ def _rebuild_variable(
     aggregation: int,
     uid: int,
 ) -> PSVariable:
-    from hpcdist.strategies.ps.strategy import runtime
-
     rt = runtime()
     var = rt.variables.get(uid)
     if var is None:
@@ -268,9 +271,13 @@ class ShardedVariable(Variable):
     def _table(self) -> tuple[list[RmaStorage], np.ndarray]:
         return [v._storage[0] for v in self._variables], self._bounds
 
-    @property
-    def checkpoint_slices(self) -> _ShardSlices:
-        """The value as consecutive shards, read one at a time (checkpoints save it so)."""
+    def checkpoint_value(self) -> _ShardSlices:
+        """What a checkpoint saves: the logical value as consecutive shards, read one at a time.
+
+        Returns:
+            An object with the logical ``shape`` and ``dtype`` whose ``slices()`` yields each
+            shard's value in order, so a writer never holds the whole value.
+        """
         return _ShardSlices(self)
 
     sparse_read = PSVariable.sparse_read
@@ -301,8 +308,6 @@ class _ShardSlices:
 
 
 def _rebuild_sharded(variables: list[PSVariable], name: str, uid: int) -> ShardedVariable:
-    from hpcdist.strategies.ps.strategy import runtime
-
     rt = runtime()
     var = rt.variables.get(uid)
     if var is None:

@@ -1,0 +1,171 @@
+"""The parameter-server runtime in one process: `serve` driven over ``MPI.COMM_SELF``.
+
+Rank 0 of ``COMM_SELF`` plays every role: a thread runs `serve` (the ps/worker loop) while the
+test, as the coordinator, sends it commands and reads its replies on the same communicator.
+"""
+
+from __future__ import annotations
+
+import ast
+import pickle
+import sys
+import threading
+from pathlib import Path
+
+import cloudpickle
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import hpcdist as hd
+from hpcdist.errors import ClusterConfigError
+from hpcdist.strategies.ps.runtime import (
+    TAG_RESULT,
+    _Roles,
+    _Runtime,
+    coordinator_only,
+    creating_dataset,
+    is_creating_dataset,
+    serve,
+)
+from hpcdist.strategies.ps.store import RmaStorage, RmaStore, SegmentAllocator
+
+_served: list[_Runtime] = []  # the runtime a scheduled function of this module runs against
+
+
+def _update_variable(value: list[float], add: bool) -> np.ndarray:
+    """A scheduled function: set (or add into) a float32[3] at offset 0 of segment 0."""
+    storage = RmaStorage(_served[0].store, 0, 0, 0, (3,), np.float32, "v")
+    if add:
+        storage.add(np.asarray(value, np.float32))
+    else:
+        storage.write(np.asarray(value, np.float32))
+    return storage.read()
+
+
+def _fail(message: str) -> None:
+    raise ValueError(message)
+
+
+def _self_runtime() -> _Runtime:
+    roles = _Roles(coordinator=0, ps=[0], workers=[0], size=1)
+    store = RmaStore(MPI.COMM_SELF.Dup(), roles.ps)
+    return _Runtime(hd.get_strategy(), MPI.COMM_SELF.Dup(), roles, store, SegmentAllocator(1, 64))
+
+
+def _reply(rt: _Runtime) -> tuple[str, object, str | None]:
+    return pickle.loads(rt.ctrl.recv(source=0, tag=TAG_RESULT))
+
+
+def test_serve_runs_scheduled_functions_and_returns_on_stop():
+    rt = _self_runtime()
+    _served[:] = [rt]
+    server = threading.Thread(target=serve, args=(rt,), name="ps-serve", daemon=True)
+    server.start()
+    try:
+        rt.send_command(0, ("segment", [64]))
+        blob = cloudpickle.dumps(_update_variable)
+        rt.send_command(0, ("run", 0, blob, cloudpickle.dumps((([1, 2, 3], False), {}))))
+        kind, value, _ = _reply(rt)
+        assert kind == "ok", value
+        np.testing.assert_array_equal(value, np.float32([1, 2, 3]))
+
+        # The function is sent once; later runs name it by its key.
+        rt.send_command(0, ("run", 0, None, cloudpickle.dumps((([10, 10, 10], True), {}))))
+        kind, value, _ = _reply(rt)
+        assert kind == "ok", value
+        np.testing.assert_array_equal(value, np.float32([11, 12, 13]))
+
+        rt.send_command(0, ("run", 1, cloudpickle.dumps(_fail), cloudpickle.dumps((("no",), {}))))
+        kind, error, remote_tb = _reply(rt)
+        assert kind == "error"
+        assert isinstance(error, ValueError) and str(error) == "no"
+        assert "_fail" in remote_tb
+    finally:
+        rt.send_command(0, ("stop",))
+        server.join(timeout=30)
+        _served.clear()
+    assert not server.is_alive(), "serve() did not return after ('stop',)"
+    assert rt.closed
+    assert rt.store.windows == []
+    with pytest.raises(RuntimeError, match="already ended"):
+        serve(rt)
+
+
+def test_scheduled_function_exit_is_reported_not_obeyed():
+    rt = _self_runtime()
+    server = threading.Thread(target=serve, args=(rt,), name="ps-serve", daemon=True)
+    server.start()
+    rt.send_command(0, ("run", 0, cloudpickle.dumps(sys.exit), cloudpickle.dumps(((3,), {}))))
+    try:
+        kind, error, _ = _reply(rt)
+    finally:
+        rt.send_command(0, ("stop",))
+        server.join(timeout=30)
+    assert not server.is_alive()
+    assert kind == "error"
+    assert "sys.exit(3)" in str(error) and "worker 0" in str(error)
+
+
+def test_no_runtime_means_not_a_coordinator():
+    assert coordinator_only() is False
+
+
+def test_creating_dataset_marks_this_thread_only():
+    assert not is_creating_dataset()
+    seen: list[bool] = []
+    with creating_dataset():
+        assert is_creating_dataset()
+        with creating_dataset():
+            assert is_creating_dataset()
+        assert is_creating_dataset()
+        other = threading.Thread(target=lambda: seen.append(is_creating_dataset()))
+        other.start()
+        other.join()
+    assert not is_creating_dataset()
+    assert seen == [False]
+
+
+def test_roles_from_tasks():
+    roles = _Roles.from_tasks([("ps", 0), ("chief", 0), ("worker", 1), ("worker", 0)])
+    assert (roles.coordinator, roles.ps, roles.workers) == (1, [0], [3, 2])
+    assert roles.others == [0, 2, 3]
+    assert roles.jobs == {"chief": 1, "ps": 1, "worker": 2}
+
+
+@pytest.mark.parametrize(
+    ("tasks", "message"),
+    [
+        ([("chief", 0), ("ps", 0)], "at least 3 ranks"),
+        ([("chief", 0), ("ps", 0), ("ps", 0)], "both claim task ps:0"),
+        ([("worker", 0), ("ps", 0), ("worker", 1)], "exactly one chief"),
+        ([("chief", 0), ("worker", 0), ("worker", 1)], "at least one ps"),
+    ],
+)
+def test_roles_from_tasks_rejects(tasks, message):
+    with pytest.raises(ClusterConfigError, match=message):
+        _Roles.from_tasks(tasks)
+
+
+PACKAGE = Path(hd.__file__).parent / "strategies" / "ps"
+STACK = ["runtime", "store", "partitioners", "variables", "strategy", "coordinator"]
+
+
+@pytest.mark.parametrize("module", STACK)
+def test_package_modules_import_only_modules_below_them(module):
+    tree = ast.parse((PACKAGE / f"{module}.py").read_text())
+    below = set(STACK[: STACK.index(module)])
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        for name in names:
+            if name.startswith("hpcdist.strategies.ps."):
+                imported = name.split(".")[3]
+                assert imported in below, (
+                    f"ps.{module} (line {node.lineno}) imports ps.{imported}; expected only "
+                    f"modules below it: {sorted(below) or 'none'}"
+                )
