@@ -1,6 +1,7 @@
 """Checkpoints: atomic HDF5 files, TF's manager rules, preemption handling."""
 
 from hpcdist.checkpoint.checkpoint import Checkpoint, CheckpointLoadStatus, CheckpointOptions
+from hpcdist.checkpoint.collective import checkpoint_communicator, is_checkpoint_chief
 from hpcdist.checkpoint.format import CheckpointError
 from hpcdist.checkpoint.manager import CheckpointManager
 from hpcdist.checkpoint.preemption import PREEMPTION_EXIT_CODE, PreemptionCheckpointHandler
@@ -13,4 +14,6 @@ __all__ = [
     "CheckpointManager",
     "CheckpointOptions",
     "PreemptionCheckpointHandler",
+    "checkpoint_communicator",
+    "is_checkpoint_chief",
 ]

@@ -1,8 +1,9 @@
 """`Checkpoint`: save and restore variables, models, optimizers, metrics and counters.
 
 Every rank calls `save`/`restore` (reading some variables is collective: sync-on-read values are
-reduced); the chief writes the file, and every rank reads it. Objects are found by their place
-in the checkpoint: ``model/weights/3``, ``optimizer/slots/m/model/weights/3``,
+reduced); the chief writes the file, and every rank reads it. Objects take part through the
+protocol of `hpcdist.core.trackable`, and their values are found by their place in the
+checkpoint: ``model/weights/3``, ``optimizer/slots/m/model/weights/3``,
 ``optimizer/iterations``, ``save_counter``; so a checkpoint restores into freshly built objects
 of the same structure, on any number of ranks (values are whole logical tensors).
 """
@@ -16,11 +17,12 @@ from typing import Any
 
 import numpy as np
 
+from hpcdist.checkpoint.collective import checkpoint_communicator, is_checkpoint_chief
 from hpcdist.checkpoint.format import CheckpointError, read_arrays, write_arrays
+from hpcdist.checkpoint.graph import collect, describe_unsupported
 from hpcdist.core import context
-from hpcdist.core.variables import Variable, variable_key
+from hpcdist.core.trackable import SlicedValue, is_checkpointable
 from hpcdist.log import get_logger
-from hpcdist.utils.xp import to_numpy
 
 __all__ = ["Checkpoint", "CheckpointLoadStatus", "CheckpointOptions"]
 
@@ -35,24 +37,6 @@ class CheckpointOptions:
     """
 
     experimental_enable_async_checkpoint: bool = False
-
-
-def _world() -> Any:
-    """The world communicator, or None on one rank and on a parameter-server coordinator.
-
-    A parameter-server coordinator is the only rank running the program: no collectives.
-    """
-    from mpi4py import MPI
-
-    from hpcdist.strategies.ps.strategy import coordinator_only
-
-    if coordinator_only():
-        return None
-    if MPI.COMM_WORLD.Get_size() > 1:
-        from hpcdist.comm import world
-
-        return world()
-    return None
 
 
 class CheckpointLoadStatus:
@@ -95,19 +79,14 @@ class CheckpointLoadStatus:
         return self
 
 
-def _is_optimizer(obj: Any) -> bool:
-    from hpcdist.nn.optimizers import Optimizer
-
-    return isinstance(obj, Optimizer)
-
-
 class Checkpoint:
     """A set of named objects saved and restored together.
 
     Args:
-        **trackables: Variables, models/layers (``weights``), optimizers (iterations and slots),
-            metrics, or any object with ``checkpoint_state() -> dict[str, array]`` and
-            ``restore_state(dict)`` (e.g. dataset iterators).
+        **trackables: Objects implementing the protocol of `hpcdist.core.trackable`:
+            variables, models and layers, optimizers (iterations and slots), metrics, dataset
+            iterators (``checkpoint_state``/``restore_state``), or any object of the user's
+            with ``checkpoint_children()``.
 
     Raises:
         ValueError: A name is reserved or an object cannot be checkpointed.
@@ -117,8 +96,8 @@ class Checkpoint:
         if "save_counter" in trackables:
             raise ValueError("'save_counter' is reserved")
         for name, obj in trackables.items():
-            if not self._supported(obj):
-                raise ValueError(f"cannot checkpoint {name}={type(obj).__name__}")
+            if not is_checkpointable(obj):
+                raise ValueError(describe_unsupported(name, obj))
         self._trackables = dict(trackables)
         self.save_counter = context.get_strategy().Variable(
             np.int64(0), name="save_counter", trainable=False
@@ -126,57 +105,21 @@ class Checkpoint:
         self._pending: concurrent.futures.Future | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
 
-    @staticmethod
-    def _supported(obj: Any) -> bool:
-        return (
-            isinstance(obj, Variable)
-            or hasattr(obj, "weights")
-            or _is_optimizer(obj)
-            or hasattr(obj, "checkpoint_state")
-            or (hasattr(obj, "variables") and hasattr(obj, "reset_state"))
-        )
-
     # -- object graph -------------------------------------------------------------------------
 
-    def _variables(self) -> dict[str, Any]:
-        """Path -> variable for every variable reachable (optimizer slots included)."""
-        out: dict[str, Any] = {"save_counter": self.save_counter}
-        by_id: dict[Any, str] = {}
-        optimizers = []
-        for name, obj in self._trackables.items():
-            if isinstance(obj, Variable):
-                out[name] = obj
-            elif _is_optimizer(obj):
-                optimizers.append((name, obj))
-                continue
-            elif hasattr(obj, "weights"):
-                for i, w in enumerate(obj.weights):
-                    out[f"{name}/weights/{i}"] = w
-            elif hasattr(obj, "variables") and hasattr(obj, "reset_state"):  # metrics
-                for i, w in enumerate(obj.variables):
-                    out[f"{name}/state/{i}"] = w
-        for path, var in list(out.items()):
-            by_id.setdefault(variable_key(var), path)
-        for name, opt in optimizers:
-            if opt.iterations is not None:
-                out[f"{name}/iterations"] = opt.iterations
-            for (var_id, slot), slot_var in opt._slots.items():
-                if var_id in by_id:
-                    out[f"{name}/slots/{slot}/{by_id[var_id]}"] = slot_var
-        return out
+    def _roots(self) -> dict[str, Any]:
+        return {"save_counter": self.save_counter, **self._trackables}
 
-    def _snapshot(self, copy: bool) -> dict[str, np.ndarray]:
+    def _snapshot(self, copy: bool) -> dict[str, Any]:
         """Current values; without ``copy`` they may be the variables' own arrays (write now)."""
-        arrays = {
-            path: np.array(to_numpy(var._value()), copy=True)
-            if copy
-            else getattr(var, "checkpoint_slices", None) or to_numpy(var._value())
-            for path, var in self._variables().items()
+        graph = collect(self._roots())
+        arrays: dict[str, Any] = {
+            path: _host_copy(var.checkpoint_value()) if copy else var.checkpoint_value()
+            for path, var in graph.variables.items()
         }
-        for name, obj in self._trackables.items():
-            if hasattr(obj, "checkpoint_state"):
-                for key, value in obj.checkpoint_state().items():
-                    arrays[f"{name}/state/{key}"] = np.asarray(value)
+        for path, obj in graph.states.items():
+            for key, value in obj.checkpoint_state().items():
+                arrays[f"{path}/state/{key}"] = np.array(value) if copy else np.asarray(value)
         return arrays
 
     # -- saving -------------------------------------------------------------------------------
@@ -193,8 +136,8 @@ class Checkpoint:
         self.sync()
         is_async = options is not None and options.experimental_enable_async_checkpoint
         arrays = self._snapshot(copy=is_async)  # async: a host copy, training may go on
-        comm = _world()
-        if comm is None or comm.rank == 0:
+        comm = checkpoint_communicator()
+        if is_checkpoint_chief(comm):
             if options is not None and options.experimental_enable_async_checkpoint:
                 if self._executor is None:
                     self._executor = concurrent.futures.ThreadPoolExecutor(1, "hpcdist-ckpt")
@@ -240,11 +183,11 @@ class Checkpoint:
             else f"{save_path}.h5"
         )
         arrays, _ = read_arrays(path)
-        self._build_optimizer_slots(arrays)
-        variables = self._variables()
+        self._build_slots(arrays)
+        graph = collect(self._roots())
         used: set[str] = set()
         missing = []
-        for p, var in variables.items():
+        for p, var in graph.variables.items():
             if p == "save_counter" and not with_counter:
                 used.add(p)
                 continue
@@ -258,15 +201,14 @@ class Checkpoint:
                 )
             var.assign(value, read_value=False)
             used.add(p)
-        for name, obj in self._trackables.items():
-            if hasattr(obj, "restore_state"):
-                prefix = f"{name}/state/"
-                state = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
-                if state:
-                    obj.restore_state(state)
-                    used.update(prefix + k for k in state)
-                else:
-                    missing.append(prefix)
+        for name, obj in graph.states.items():
+            prefix = f"{name}/state/"
+            state = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
+            if state:
+                obj.restore_state(state)
+                used.update(prefix + k for k in state)
+            else:
+                missing.append(prefix)
         unused = sorted(set(arrays) - used)
         status = CheckpointLoadStatus(path, sorted(missing), unused)
         if missing or unused:
@@ -275,16 +217,28 @@ class Checkpoint:
             )
         return status
 
-    def _build_optimizer_slots(self, arrays: dict[str, np.ndarray]) -> None:
-        """Create optimizer state that the file has but the optimizer has not built yet."""
-        base = self._variables()
-        for name, obj in self._trackables.items():
-            if not _is_optimizer(obj):
-                continue
+    def _build_slots(self, arrays: dict[str, np.ndarray]) -> None:
+        """Let slot holders create the state that the file has and they have not built yet."""
+        graph = collect(self._roots())
+        for name, holder in graph.slot_holders.items():
             prefix = f"{name}/slots/"
             targets = sorted(
-                {k[len(prefix) :].split("/", 1)[1] for k in arrays if k.startswith(prefix)}
+                {
+                    k[len(prefix) :].split("/", 1)[1]
+                    for k in arrays
+                    if k.startswith(prefix) and "/" in k[len(prefix) :]
+                }
             )
-            variables = [base[t] for t in targets if t in base]
-            if variables or f"{name}/iterations" in arrays:
-                obj._build(variables)
+            primaries = [graph.variables[t] for t in targets if t in graph.variables]
+            if primaries or any(k.startswith(f"{name}/") for k in arrays):
+                holder.build_checkpoint_slots(primaries)
+
+
+def _host_copy(value: Any) -> np.ndarray:
+    """A private host copy of a `checkpoint_value` (an array or a `SlicedValue`)."""
+    if isinstance(value, SlicedValue):
+        parts = list(value.slices())
+        if not parts:
+            return np.zeros(value.shape, value.dtype)
+        return np.concatenate(parts, axis=0)
+    return np.array(value, copy=True)

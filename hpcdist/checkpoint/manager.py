@@ -13,7 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from hpcdist.checkpoint.checkpoint import Checkpoint, CheckpointOptions, _world
+from hpcdist.checkpoint.checkpoint import Checkpoint, CheckpointOptions
+from hpcdist.checkpoint.collective import checkpoint_communicator, is_checkpoint_chief
 from hpcdist.checkpoint.format import CheckpointError, atomic_write_text
 from hpcdist.log import get_logger
 
@@ -145,8 +146,8 @@ class CheckpointManager:
         path = ckpt.write(prefix, options)
         now = time.time()
         self._entries = [(p, t) for p, t in self._entries if p != path] + [(path, now)]
-        comm = _world()
-        chief = comm is None or comm.rank == 0
+        comm = checkpoint_communicator()
+        chief = is_checkpoint_chief(comm)
         if chief:
             if options is not None and options.experimental_enable_async_checkpoint:
                 # After the file on the same writer thread: the state names complete files only.

@@ -23,8 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from hpcdist.checkpoint.checkpoint import _world
+from hpcdist.checkpoint.collective import checkpoint_communicator, is_checkpoint_chief
 from hpcdist.checkpoint.manager import CheckpointManager
+from hpcdist.core import context
 from hpcdist.log import get_logger
 
 __all__ = ["PREEMPTION_EXIT_CODE", "PreemptionCheckpointHandler"]
@@ -55,8 +56,6 @@ class PreemptionCheckpointHandler:
         self._exit_fn = exit_fn
         self._received: int | None = None
         ckpt = checkpoint_manager.checkpoint
-        from hpcdist.core import context
-
         self._counter = context.get_strategy().Variable(
             np.int64(0), name="run_counter", trainable=False
         )
@@ -83,7 +82,7 @@ class PreemptionCheckpointHandler:
         return result
 
     def _agreed(self) -> bool:
-        comm = _world()
+        comm = checkpoint_communicator()
         mine = np.array([1 if self._received is not None else 0], dtype=np.int8)
         if comm is None:
             return bool(mine[0])
@@ -91,8 +90,8 @@ class PreemptionCheckpointHandler:
 
     def _save_and_exit(self) -> None:
         path = self._manager.save(check_interval=False)
-        comm = _world()
-        chief = comm is None or comm.rank == 0
+        comm = checkpoint_communicator()
+        chief = is_checkpoint_chief(comm)
         log = get_logger()
         log.warning("preemption signal: saved %s after %d steps", path, self.total_run_calls)
         job = os.environ.get("SLURM_JOB_ID")

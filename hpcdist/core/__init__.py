@@ -2,12 +2,20 @@
 
 Autodiff (`Tensor`, `GradientTape`, `IndexedSlices`) with its differentiable operations
 (`math_ops`, registered as the operators of tensors and variables), the base `Variable` with its
-enums and storage, and the strategy context (which strategy and replica are current). It imports
-nothing above the foundation: no communication, no strategy, no model.
+enums and storage, the strategy context (which strategy and replica are current), and the
+checkpoint protocol (`trackable`) that objects implement to be saved. It imports nothing above
+the foundation: no communication, no strategy, no model.
 """
 
-from hpcdist.core import autodiff, context, math_ops, variables
+from hpcdist.core import autodiff, context, math_ops, trackable, variables
 from hpcdist.core.autodiff import GradientTape, IndexedSlices, Tensor, constant
+from hpcdist.core.trackable import (
+    CheckpointVariable,
+    SlicedValue,
+    SlotTrackable,
+    StateTrackable,
+    Trackable,
+)
 from hpcdist.core.variables import (
     LocalStorage,
     Storage,
@@ -17,11 +25,16 @@ from hpcdist.core.variables import (
 )
 
 __all__ = [
+    "CheckpointVariable",
     "GradientTape",
     "IndexedSlices",
     "LocalStorage",
+    "SlicedValue",
+    "SlotTrackable",
+    "StateTrackable",
     "Storage",
     "Tensor",
+    "Trackable",
     "Variable",
     "VariableAggregation",
     "VariableSynchronization",
@@ -29,5 +42,6 @@ __all__ = [
     "constant",
     "context",
     "math_ops",
+    "trackable",
     "variables",
 ]

@@ -190,6 +190,15 @@ class Variable(Operators):
     def _value(self) -> np.ndarray:
         return self._storage[0].read()
 
+    def checkpoint_value(self) -> np.ndarray:
+        """The whole logical value as a host array, for checkpoints.
+
+        No copy for a host variable: the array may be the variable's own storage, so read it
+        before the variable changes (a GPU copy is copied to the host). Reading a sync-on-read
+        variable in cross-replica context reduces its copies (a collective).
+        """
+        return to_numpy(self._value())
+
     def _dense_tensor(self) -> Tensor:
         """The value as a `Tensor`: a traced leaf when a recording tape watches this variable."""
         return variable_accessed(self, self._value())

@@ -5,11 +5,20 @@ History, ProgressBar, EarlyStopping, LearningRateScheduler, ModelCheckpoint, Bac
 
 from __future__ import annotations
 
+import shutil
 import sys
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
+
+from hpcdist.checkpoint import (
+    Checkpoint,
+    CheckpointManager,
+    checkpoint_communicator,
+    is_checkpoint_chief,
+)
 
 __all__ = [
     "Callback",
@@ -107,8 +116,6 @@ class ProgressBar(Callback):
         """Open the bar."""
         if not self._chief():
             return
-        from tqdm import tqdm
-
         self._bar = tqdm(
             total=self.params.get("steps"),
             desc=f"Epoch {epoch + 1}/{self.params.get('epochs')}",
@@ -235,8 +242,6 @@ class ModelCheckpoint(Callback):
         Raises:
             KeyError: ``save_best_only`` and ``monitor`` is not logged.
         """
-        from hpcdist.checkpoint import Checkpoint
-
         logs = logs or {}
         if self.save_best_only:
             if self.monitor not in logs:
@@ -269,8 +274,6 @@ class BackupAndRestore(Callback):
 
     def on_train_begin(self, logs: dict | None = None) -> None:
         """Restore the backup if there is one and tell `fit` where to resume."""
-        from hpcdist.checkpoint import Checkpoint, CheckpointManager
-
         strategy = self.model.distribute_strategy
         with self.model._scope():
             self._epoch = strategy.Variable(np.int64(-1), name="backup_epoch", trainable=False)
@@ -289,12 +292,8 @@ class BackupAndRestore(Callback):
         """Remove the backup (chief) once training completed."""
         if not self.delete_checkpoint:
             return
-        import shutil
-
-        from hpcdist.checkpoint.checkpoint import _world
-
-        comm = _world()
-        if comm is None or comm.rank == 0:
+        comm = checkpoint_communicator()
+        if is_checkpoint_chief(comm):
             shutil.rmtree(self.backup_dir, ignore_errors=True)
         if comm is not None:
             comm.barrier()

@@ -14,6 +14,7 @@ from hpcdist.core import context
 from hpcdist.core import math_ops as ops
 from hpcdist.core.autodiff import Tensor, as_tensor
 from hpcdist.nn import initializers, regularizers
+from hpcdist.nn.embedding import embedding_lookup
 from hpcdist.utils.xp import to_numpy
 
 __all__ = [
@@ -153,6 +154,13 @@ class Layer:
         for layer in self._sublayers():
             out.extend(layer.losses)
         return out
+
+    def checkpoint_children(self) -> dict[str, Any]:
+        """Every weight, sublayers' included, as ``weights/<i>`` in `weights` order.
+
+        The checkpoint protocol (`hpcdist.core.trackable.Trackable`).
+        """
+        return {f"weights/{i}": w for i, w in enumerate(self.weights)}
 
     def get_weights(self) -> list[np.ndarray]:
         """Copies of every weight's value."""
@@ -314,8 +322,6 @@ class Embedding(Layer):
                 f"{self.name}: ids must be in [0, {self.input_dim}), got min {ids.min()} "
                 f"max {ids.max()}"
             )
-        from hpcdist.nn.embedding import embedding_lookup
-
         return embedding_lookup(self.embeddings, ids.astype(np.int64))
 
 

@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 
 from hpcdist.core import context
+from hpcdist.core import math_ops as ops
+from hpcdist.core.autodiff import as_tensor
 
 __all__ = ["compute_average_loss", "scale_regularization_loss"]
 
@@ -42,9 +44,6 @@ def compute_average_loss(
             positive integer.
     """
     _check_replica_context("compute_average_loss")
-    from hpcdist.core import math_ops as ops
-    from hpcdist.core.autodiff import as_tensor
-
     loss = as_tensor(per_example_loss)
     if loss.ndim == 0:
         raise ValueError(
@@ -71,7 +70,5 @@ def scale_regularization_loss(regularization_loss: Any) -> Any:
         RuntimeError: Called in cross-replica context.
     """
     _check_replica_context("scale_regularization_loss")
-    from hpcdist.core import math_ops as ops
-
     total = ops.reduce_sum(regularization_loss)
     return ops.divide(total, float(context.get_strategy().num_replicas_in_sync))

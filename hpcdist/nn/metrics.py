@@ -85,6 +85,13 @@ class Metric:
         """The state variables."""
         return [self.total, self.count]
 
+    def checkpoint_children(self) -> dict[str, Any]:
+        """The state variables as ``state/<i>`` in `variables` order.
+
+        The checkpoint protocol (`hpcdist.core.trackable.Trackable`).
+        """
+        return {f"state/{i}": v for i, v in enumerate(self.variables)}
+
 
 class Mean(Metric):
     """The (weighted) mean of the values passed to `update_state`."""

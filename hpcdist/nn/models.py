@@ -20,32 +20,16 @@ from hpcdist.core import context
 from hpcdist.core import math_ops as ops
 from hpcdist.core.autodiff import GradientTape, Tensor
 from hpcdist.data.dataset import Dataset
-from hpcdist.data.nest import flatten
 from hpcdist.nn import losses as losses_mod
 from hpcdist.nn import metrics as metrics_mod
 from hpcdist.nn import optimizers as optimizers_mod
+from hpcdist.nn.batches import with_batch_rows
 from hpcdist.nn.callbacks import Callback, CallbackList, History, ProgressBar
 from hpcdist.nn.layers import Layer
+from hpcdist.nn.ps_training import ParameterServerFit
 from hpcdist.utils.xp import to_numpy
 
 __all__ = ["Model", "Sequential"]
-
-
-def with_batch_rows(dataset: Dataset, y: Any = None) -> Dataset:
-    """A dataset of batches ``(x, y)`` or ``x`` as ``(x, y, rows)``: each row's batch size.
-
-    Raises:
-        ValueError: ``y`` is given (a dataset carries its targets).
-    """
-    if y is not None:
-        raise ValueError("y must be None when x is a Dataset (yield (x, y) pairs)")
-    return dataset.map(_add_rows)
-
-
-def _add_rows(*element: Any) -> tuple[Any, Any, np.ndarray]:
-    parts = element if len(element) > 1 else (element[0], None)
-    rows = np.shape(flatten(parts[0])[0])[0]
-    return (*parts[:2], np.full(rows, rows, np.int64))
 
 
 class Model(Layer):
@@ -245,8 +229,6 @@ class Model(Layer):
             initial_epoch = max(initial_epoch, self._resume_epoch)
         continuous = ps_fit = None
         if getattr(strategy, "_is_parameter_server", False):
-            from hpcdist.nn.ps_training import ParameterServerFit
-
             ps_fit = ParameterServerFit(self, x, y, batch_size, shuffle, seed, steps_per_epoch)
         elif steps_per_epoch is not None:
             continuous = iter(

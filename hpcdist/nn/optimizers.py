@@ -16,7 +16,7 @@ import numpy as np
 
 from hpcdist.comm.reduce_op import ReduceOp
 from hpcdist.core import context
-from hpcdist.core.autodiff import IndexedSlices, Tensor
+from hpcdist.core.autodiff import GradientTape, IndexedSlices, Tensor
 from hpcdist.core.variables import Variable, variable_key
 from hpcdist.strategies.values import PerReplica
 from hpcdist.utils.xp import array_module, as_array
@@ -98,6 +98,7 @@ class Optimizer:
         self._learning_rate = learning_rate
         self.name = name or type(self).__name__
         self._slots: dict[tuple[Any, str], Any] = {}
+        self._primaries: dict[Any, Any] = {}  # variable_key -> the variable the slots belong to
         self.iterations: Any = None
         self._strategy = context.get_strategy()  # slots live where the optimizer was created
 
@@ -124,6 +125,7 @@ class Optimizer:
                 np.int64(0), name=f"{self.name}/iterations", trainable=False
             )
         for var in variables:
+            self._primaries.setdefault(variable_key(var), var)
             for slot in self._slot_names():
                 key = (variable_key(var), slot)
                 if key not in self._slots:
@@ -148,10 +150,26 @@ class Optimizer:
 
     @property
     def variables(self) -> list[Any]:
-        """The iteration counter and every slot variable (for checkpoints)."""
+        """The iteration counter and every slot variable."""
         return ([self.iterations] if self.iterations is not None else []) + list(
             self._slots.values()
         )
+
+    # -- checkpoint protocol (`hpcdist.core.trackable.SlotTrackable`) -------------------------
+
+    def checkpoint_children(self) -> dict[str, Any]:
+        """The iteration counter as ``iterations`` (once built)."""
+        return {"iterations": self.iterations} if self.iterations is not None else {}
+
+    def checkpoint_slots(self) -> list[tuple[str, Any, Any]]:
+        """Every slot variable as ``(slot_name, primary_variable, slot_variable)``."""
+        return [
+            (slot, self._primaries[key], variable) for (key, slot), variable in self._slots.items()
+        ]
+
+    def build_checkpoint_slots(self, primaries: list[Any]) -> None:
+        """Create the iteration counter and the slots of ``primaries`` before a restore."""
+        self._build(list(primaries))
 
     # -- applying -------------------------------------------------------------------------------
 
@@ -172,8 +190,6 @@ class Optimizer:
 
     def minimize(self, loss_fn: Any, var_list: list[Any]) -> None:
         """Compute gradients of ``loss_fn()`` with a tape and apply them."""
-        from hpcdist.core.autodiff import GradientTape
-
         with GradientTape() as tape:
             loss = loss_fn()
         self.apply_gradients(zip(tape.gradient(loss, var_list), var_list, strict=True))

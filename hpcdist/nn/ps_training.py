@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from hpcdist.data.dataset import INFINITE, Dataset
-from hpcdist.nn.models import with_batch_rows
+from hpcdist.nn.batches import with_batch_rows
+from hpcdist.strategies.ps.coordinator import ClusterCoordinator
 
 __all__ = ["ParameterServerFit"]
 
@@ -73,8 +74,6 @@ class ParameterServerFit:
         seed: int,
         steps_per_epoch: int | None,
     ) -> None:
-        from hpcdist.strategies.ps.coordinator import ClusterCoordinator
-
         if steps_per_epoch is None:
             raise ValueError(
                 "fit under ParameterServerStrategy needs steps_per_epoch (as in TF): every "
