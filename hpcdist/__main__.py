@@ -10,15 +10,14 @@ from __future__ import annotations
 import runpy
 import sys
 
+from hpcdist import abort
+from hpcdist.cli import main
+
 
 def _main() -> int:
     argv = sys.argv[1:]
     if not argv or argv[0] in ("info", "run", "bench", "-h", "--help"):
-        from hpcdist.cli import main
-
         return main(argv)
-    from hpcdist import abort
-
     abort.install()
     script = argv[0]
     sys.argv = argv

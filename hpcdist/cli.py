@@ -1,103 +1,21 @@
-"""The ``hpcdist`` command: ``info``, ``run`` and ``bench``."""
+"""The ``hpcdist`` command: ``info``, ``run`` and ``bench``.
+
+``run`` and ``bench`` start mpiexec or srun and must not start MPI in this process, so the
+``info`` command's module (which does) is loaded only when ``info`` runs.
+"""
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["info_lines", "launcher_command", "main"]
+from hpcdist.log import process_rank
 
-_THREAD_LEVELS = {0: "single", 1: "funneled", 2: "serialized", 3: "multiple"}
-
-
-def _cuda_report() -> tuple[str, str]:
-    if importlib.util.find_spec("cupy") is None:
-        return "no (CuPy not installed)", "no (CuPy not installed)"
-    try:
-        import cupy
-
-        count = cupy.cuda.runtime.getDeviceCount()
-        cuda = f"yes ({count} device(s), runtime {cupy.cuda.runtime.runtimeGetVersion()})"
-    except Exception as exc:  # no driver or no device
-        return f"no ({type(exc).__name__}: {exc})", "no"
-    try:
-        from cupy.cuda import nccl
-
-        return cuda, f"yes (NCCL {nccl.get_version()})"
-    except Exception as exc:
-        return cuda, f"no ({type(exc).__name__})"
-
-
-def _cuda_aware_mpi() -> str:
-    from mpi4py import MPI
-
-    from hpcdist.settings import get_settings
-
-    if get_settings().cuda_aware_mpi:
-        return "yes (HPCDIST_CUDA_AWARE_MPI=1: GPU buffers go to MPI directly)"
-    hint = " (the library mentions CUDA: try HPCDIST_CUDA_AWARE_MPI=1)"
-    mentions = "CUDA" in MPI.Get_library_version().upper()
-    return "no: GPU arrays not carried by NCCL are staged through pinned host memory" + (
-        hint if mentions else ""
-    )
-
-
-def _gpu_binding(local_rank: int) -> str:
-    from hpcdist.cluster.gpus import pick_gpu, visible_gpu_count
-
-    count = visible_gpu_count()
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
-    if count == 0:
-        return f"none (no visible GPU; CUDA_VISIBLE_DEVICES={visible})"
-    try:
-        from hpcdist.settings import get_settings
-
-        device = pick_gpu(local_rank, count, get_settings().gpu)
-    except ValueError as exc:
-        return f"invalid: {exc}"
-    return (
-        f"local rank {local_rank} -> CUDA device {device} of {count} visible "
-        f"(CUDA_VISIBLE_DEVICES={visible})"
-    )
-
-
-def info_lines() -> list[str]:
-    """Return the lines ``hpcdist info`` prints (collective when several ranks run it)."""
-    import h5py
-    import mpi4py
-    import numpy as np
-    from mpi4py import MPI
-
-    import hpcdist
-    from hpcdist.cluster import resolve
-
-    resolver = resolve()
-    comm = hpcdist.comm.world()
-    cuda, nccl = _cuda_report()
-    hosts = sorted(set(comm.layout.hosts))
-    lines = [
-        f"hpcdist {hpcdist.__version__} (python {sys.version.split()[0]}, numpy {np.__version__}, "
-        f"mpi4py {mpi4py.__version__}, h5py {h5py.version.version})",
-        f"MPI library:      {MPI.Get_library_version().splitlines()[0].strip()}",
-        f"MPI standard:     {'.'.join(map(str, MPI.Get_version()))}",
-        f"thread level:     {_THREAD_LEVELS.get(MPI.Query_thread(), MPI.Query_thread())}",
-        f"ranks:            {comm.size} on {comm.num_nodes} node(s) ({', '.join(hosts)})",
-        f"resolver:         {type(resolver).__name__} "
-        f"(task {resolver.task_type}:{resolver.task_id}, chief={resolver.is_chief})",
-        f"local ranks:      {comm.local_size} on this node",
-        f"CUDA:             {cuda}",
-        f"NCCL:             {nccl}",
-        f"GPU binding:      {_gpu_binding(resolver.local_rank)}",
-        f"CUDA-aware MPI:   {_cuda_aware_mpi()}",
-        f"h5py parallel:    {'yes (mpio driver)' if h5py.get_config().mpi else 'no (serial HDF5)'}",
-        f"settings:         {hpcdist.settings.get_settings()}",
-    ]
-    return lines
+__all__ = ["launcher_command", "main"]
 
 
 def launcher_command(
@@ -114,7 +32,7 @@ def launcher_command(
 
 
 def _cmd_info(_: argparse.Namespace) -> int:
-    from hpcdist.log import process_rank
+    from hpcdist.info import info_lines  # starts MPI: only for `hpcdist info`
 
     lines = info_lines()
     if process_rank()[0] == 0:

@@ -1,33 +1,14 @@
-"""GPU discovery without importing a GPU framework unless one is installed."""
+"""Which GPU a rank uses: the binding rule and binding (discovery: `hpcdist.cluster.devices`)."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 
+from hpcdist.cluster.devices import parse_visible_devices, visible_gpu_count
+from hpcdist.cluster.resolve import resolve
+from hpcdist.settings import get_settings
+
 __all__ = ["bind_gpu", "parse_visible_devices", "pick_gpu", "visible_gpu_count"]
-
-
-def parse_visible_devices(value: str | None) -> list[str] | None:
-    """Parse ``CUDA_VISIBLE_DEVICES``; None when unset, ``[]`` when set but empty."""
-    if value is None:
-        return None
-    return [d.strip() for d in value.split(",") if d.strip()]
-
-
-def visible_gpu_count() -> int:
-    """Return the number of CUDA devices this process can use (0 without CuPy or devices)."""
-    visible = parse_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"))
-    if visible == []:
-        return 0
-    if importlib.util.find_spec("cupy") is None:
-        return 0
-    try:
-        import cupy
-
-        return int(cupy.cuda.runtime.getDeviceCount())
-    except Exception:  # no driver, no device: CuPy raises its own runtime errors
-        return 0
 
 
 def pick_gpu(local_rank: int, count: int, requested: int | None = None) -> int | None:
@@ -72,11 +53,7 @@ def bind_gpu(local_rank: int | None = None) -> int | None:
     if count == 0:
         return None
     if local_rank is None:
-        from hpcdist.cluster.resolve import resolve
-
         local_rank = resolve().local_rank
-    from hpcdist.settings import get_settings
-
     device = pick_gpu(local_rank, count, get_settings().gpu)
     import cupy
 

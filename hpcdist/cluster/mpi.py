@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from mpi4py import MPI
 
 from hpcdist.cluster.base import ClusterResolver, assign_jobs
+from hpcdist.cluster.devices import visible_gpu_count
 from hpcdist.cluster.spec import ClusterSpec
 from hpcdist.cluster.topology import node_layout
 
@@ -81,6 +82,4 @@ class MPIClusterResolver(ClusterResolver):
     ) -> dict[str, int]:
         """Return ``{"GPU": n}``: GPUs visible to this process (0 without CuPy or a device)."""
         del task_type, task_id
-        from hpcdist.cluster.gpus import visible_gpu_count
-
         return {"GPU": visible_gpu_count()}

@@ -5,8 +5,13 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from mpi4py import MPI
+
 from hpcdist.cluster.base import ClusterResolver
+from hpcdist.cluster.mpi import MPIClusterResolver
 from hpcdist.cluster.simple import SimpleClusterResolver
+from hpcdist.cluster.slurm import SlurmClusterResolver
+from hpcdist.cluster.tfconfig import TFConfigClusterResolver
 from hpcdist.errors import ClusterConfigError
 
 __all__ = ["resolve", "slurm_step_tasks"]
@@ -40,12 +45,6 @@ def resolve(jobs: Mapping[str, int] | None = None) -> ClusterResolver:
         ClusterConfigError: Slurm started several tasks but MPI sees one rank (``srun`` without
             ``--mpi=pmi2``), or Slurm and MPI disagree on the number of tasks.
     """
-    from mpi4py import MPI
-
-    from hpcdist.cluster.mpi import MPIClusterResolver
-    from hpcdist.cluster.slurm import SlurmClusterResolver
-    from hpcdist.cluster.tfconfig import TFConfigClusterResolver
-
     size = MPI.COMM_WORLD.Get_size()
     step = slurm_step_tasks()
     if step is not None:

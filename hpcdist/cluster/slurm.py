@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping, Sequence
 
 from hpcdist.cluster.base import ClusterResolver, assign_jobs
-from hpcdist.cluster.gpus import parse_visible_devices
+from hpcdist.cluster.devices import parse_visible_devices
 from hpcdist.cluster.hostlist import expand_hostlist, expand_tasks_per_node
 from hpcdist.cluster.spec import ClusterSpec
 from hpcdist.errors import ClusterConfigError

@@ -9,7 +9,7 @@ import numpy as np
 
 from hpcdist.comm.reduce_op import ReduceOp
 from hpcdist.data.nest import flatten, map_structure
-from hpcdist.data.options import InputContext
+from hpcdist.data.options import AutoShardPolicy, InputContext, InputOptions
 from hpcdist.strategies.values import PerReplica
 from hpcdist.utils.split import balanced_bounds
 
@@ -142,8 +142,6 @@ class DistributedDataset:
     """
 
     def __init__(self, strategy: Strategy, dataset: Any, options: Any = None) -> None:
-        from hpcdist.data.options import AutoShardPolicy, InputOptions
-
         if options is not None and not isinstance(options, InputOptions):
             raise TypeError(f"options must be hd.data.InputOptions, got {type(options).__name__}")
         self._strategy = strategy

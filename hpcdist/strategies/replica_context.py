@@ -10,6 +10,7 @@ import numpy as np
 from hpcdist.comm.reduce_op import ReduceOp
 from hpcdist.core import context
 from hpcdist.data.nest import flatten, pack_sequence_as
+from hpcdist.strategies.values import PerReplica, local_results
 
 if TYPE_CHECKING:
     from hpcdist.strategies.strategy import Strategy
@@ -108,8 +109,6 @@ def _check_axis(axis: int, ndim: int) -> int:
 
 def _merge_all_reduce(strategy: Strategy, op: ReduceOp, value: Any) -> Any:
     """Cross-replica half of `ReplicaContext.all_reduce` with several local replicas."""
-    from hpcdist.strategies.values import PerReplica, local_results
-
     per_replica = local_results(value)
     structure = per_replica[0]
     columns = list(zip(*(flatten(v) for v in per_replica), strict=True))
@@ -124,8 +123,6 @@ def _merge_all_reduce(strategy: Strategy, op: ReduceOp, value: Any) -> Any:
 
 def _merge_all_gather(strategy: Strategy, value: Any, axis: int) -> Any:
     """Cross-replica half of `ReplicaContext.all_gather` with several local replicas."""
-    from hpcdist.strategies.values import PerReplica, local_results
-
     per_replica = local_results(value)
     columns = list(zip(*(flatten(v) for v in per_replica), strict=True))
     gathered = [strategy.gather(PerReplica([np.asarray(c) for c in col]), axis) for col in columns]

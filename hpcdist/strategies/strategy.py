@@ -20,6 +20,7 @@ from hpcdist.core import context
 from hpcdist.core.variables import LocalStorage
 from hpcdist.data.nest import flatten, map_structure
 from hpcdist.strategies.cross_device_ops import CrossDeviceOps, ReductionToOneDevice
+from hpcdist.strategies.input import DatasetsFromFunction, DistributedDataset
 from hpcdist.strategies.mirrored_run import run_local_replicas
 from hpcdist.strategies.replica_context import ReplicaContext, _check_axis
 from hpcdist.strategies.values import DistributedValues, PerReplica, local_results
@@ -318,16 +319,12 @@ class Strategy:
 
         See `hpcdist.strategies.input.DistributedDataset`.
         """
-        from hpcdist.strategies.input import DistributedDataset
-
         return DistributedDataset(self, dataset, options)
 
     def distribute_datasets_from_function(
         self, dataset_fn: Callable[..., Any], options: Any = None
     ):
         """Call ``dataset_fn(InputContext)`` once on this worker; its batches are per replica."""
-        from hpcdist.strategies.input import DatasetsFromFunction
-
         return DatasetsFromFunction(self, dataset_fn, options)
 
 

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from hpcdist.errors import UnavailableError
+
 __all__ = [
     "array_module",
     "as_array",
@@ -139,8 +141,6 @@ def import_cupy(what: str) -> ModuleType:
     try:
         import cupy
     except ImportError:
-        from hpcdist.errors import UnavailableError
-
         raise UnavailableError(
             f"{what} needs CuPy, which is not installed; pip install 'hpcdist[gpu]'"
         ) from None
