@@ -40,15 +40,14 @@ def _synchronize() -> None:
     import_cupy("GPU buffers").cuda.get_current_stream().synchronize()
 
 
-class CudaAwareMpiBackend(DelegatingBackend):
-    """Every collective with the MPI library on device buffers (CuPy arrays).
+class _DeviceMpiBackend(DelegatingBackend):
+    """Every collective of CuPy arrays with an `MpiBackend` over the same group.
 
     Args:
         comm: The MPI group.
         ranks: Global rank of each member (for messages).
     """
 
-    name = "cuda-aware-mpi"
     collectives = COLLECTIVES
     devices = frozenset({"gpu"})
     dtypes = _DEVICE_MPI_DTYPES
@@ -57,6 +56,12 @@ class CudaAwareMpiBackend(DelegatingBackend):
         self.comm = comm
         self.ranks = list(range(comm.Get_size())) if ranks is None else list(ranks)
         self.fallback = MpiBackend(comm, self.ranks)
+
+
+class CudaAwareMpiBackend(_DeviceMpiBackend):
+    """Every collective with the MPI library on device buffers (CuPy arrays)."""
+
+    name = "cuda-aware-mpi"
 
     def allreduce(
         self,
@@ -115,23 +120,10 @@ class CudaAwareMpiBackend(DelegatingBackend):
         self.fallback.alltoall(src, dst, send_counts, recv_counts, header, deadline)
 
 
-class StagedMpiBackend(DelegatingBackend):
-    """Every collective on device buffers through pinned host memory and an `MpiBackend`.
-
-    Args:
-        comm: The MPI group.
-        ranks: Global rank of each member (for messages).
-    """
+class StagedMpiBackend(_DeviceMpiBackend):
+    """Every collective on device buffers through pinned host memory and an `MpiBackend`."""
 
     name = "staged-mpi"
-    collectives = COLLECTIVES
-    devices = frozenset({"gpu"})
-    dtypes = _DEVICE_MPI_DTYPES
-
-    def __init__(self, comm: MPI.Intracomm, ranks: Sequence[int] | None = None) -> None:
-        self.comm = comm
-        self.ranks = list(range(comm.Get_size())) if ranks is None else list(ranks)
-        self.fallback = MpiBackend(comm, self.ranks)
 
     @staticmethod
     def _host_pair(src: Any, dst: Any) -> tuple[np.ndarray, np.ndarray]:
