@@ -6,7 +6,9 @@ behaviour of ``python -m mpi4py script.py``: print the failing rank's traceback,
 
 `install` is called when hpcdist's world communicator is created on more than one rank (turn it
 off with ``HPCDIST_ABORT_ON_EXCEPTION=0``); ``python -m hpcdist script.py`` installs it before
-the script runs.
+the script runs. `abort_job` is the one way hpcdist ends a job on purpose: it also ends a job
+whose ranks do not all reach the end of the program within the deadline
+(`hpcdist.comm.lifetime`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import time
 import traceback
 from types import TracebackType
 
-__all__ = ["ABORT_EXIT_CODE", "install", "installed"]
+__all__ = ["ABORT_EXIT_CODE", "abort_job", "install", "installed"]
 
 #: Error code passed to ``MPI_Abort``; the launcher turns it into the job's exit code.
 ABORT_EXIT_CODE = 17
@@ -32,6 +34,23 @@ def installed() -> bool:
     return _previous_hook is not None
 
 
+def abort_job(message: str, code: int) -> None:
+    """Print ``message`` on stderr, then end every rank of the job with exit code ``code``.
+
+    Returns only when MPI is not running on several ranks (nothing to abort).
+    """
+    from mpi4py import MPI
+
+    sys.stderr.write(message if message.endswith("\n") else message + "\n")
+    sys.stderr.flush()
+    sys.stdout.flush()
+    if MPI.Is_initialized() and not MPI.Is_finalized() and MPI.COMM_WORLD.Get_size() > 1:
+        # Give the launcher a moment to forward the message: MPI_Abort kills every process,
+        # and output still in flight to mpiexec would be lost (seen with MPICH's hydra).
+        time.sleep(_FORWARD_GRACE_S)
+        MPI.COMM_WORLD.Abort(code)
+
+
 def _abort(
     exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None, where: str
 ) -> None:
@@ -40,17 +59,11 @@ def _abort(
     rank = MPI.COMM_WORLD.Get_rank() if MPI.Is_initialized() else 0
     size = MPI.COMM_WORLD.Get_size() if MPI.Is_initialized() else 1
     lines = "".join(traceback.format_exception(exc_type, exc, tb))
-    sys.stderr.write(
+    abort_job(
         f"hpcdist: uncaught exception on rank {rank} of {size} ({where}); "
-        f"aborting all ranks\n{lines}"
+        f"aborting all ranks\n{lines}",
+        ABORT_EXIT_CODE,
     )
-    sys.stderr.flush()
-    sys.stdout.flush()
-    if MPI.Is_initialized() and not MPI.Is_finalized() and size > 1:
-        # Give the launcher a moment to forward the traceback: MPI_Abort kills every process,
-        # and output still in flight to mpiexec would be lost (seen with MPICH's hydra).
-        time.sleep(_FORWARD_GRACE_S)
-        MPI.COMM_WORLD.Abort(ABORT_EXIT_CODE)
 
 
 def _hook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:

@@ -1,7 +1,7 @@
 """The all-reduce family: plain, in place, fused (grouped), and the small-message fast path.
 
 Every all-reduce: (1) takes a host or device buffer (`hpcdist.comm.arrays`), (2) validates
-the arguments locally, an error poisoning the header check so that every rank raises,
+the arguments locally, any error poisoning the header check so that every rank raises,
 (3) checks the header across ranks (inside the shared-memory barrier when the SHM backend
 carries the data), (4) reduces with the chosen backend (`hpcdist.comm.selection`), wrapped in
 compression when asked for, and (5) finishes MEAN with `mean_from_sum`.
@@ -12,14 +12,22 @@ with the Python work per call cut to the minimum, since small messages are laten
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from hpcdist.comm import fusion
-from hpcdist.comm.arrays import check_reducible, from_wire, mean_from_sum, to_host, to_wire
-from hpcdist.comm.checks import _MASK, KINDS, Deadline, Header
+from hpcdist.comm.arrays import (
+    check_numeric,
+    check_reducible,
+    from_wire,
+    mean_from_sum,
+    to_host,
+    to_wire,
+)
+from hpcdist.comm.checks import _MASK, KINDS, Deadline, Header, dtype_code
 from hpcdist.comm.context import Context, Resolved, same
 from hpcdist.comm.options import CommunicationImplementation, CommunicationOptions
 from hpcdist.comm.reduce_op import ReduceOp
@@ -34,8 +42,9 @@ _SUM = ReduceOp.SUM
 _OPS: dict[Any, ReduceOp] = {op: op for op in ReduceOp}
 _OPS.update({op.name: op for op in ReduceOp})
 _OPS.update({op.name.lower(): op for op in ReduceOp})
-# dtype characters the one-barrier fast path reduces directly (numeric, not bool or complex)
-_FAST_CHARS = frozenset("efdbBhHiIlLqQ")
+# dtypes the one-barrier fast path reduces directly (numeric, not bool or complex, native byte
+# order: a dict lookup by dtype is the cheapest test), with their header codes
+_FAST_CODES = {np.dtype(c): dtype_code(np.dtype(c)) for c in "efdbBhHiIlLqQ"}
 # op or name -> (op, code, ufunc) for the fast path (enum properties cost a lookup each)
 _SMALL_OPS = {key: (op, op.code, op.ufunc) for key, op in _OPS.items()}
 #: Implementations under which the fast path may carry an all-reduce.
@@ -83,11 +92,12 @@ class AllReduce:
         """
         spec = _SMALL_OPS.get(op)
         dtype = x.dtype
+        dcode = _FAST_CODES.get(dtype)
         shm = self._shm
         env = self.env
         if (
             spec is None
-            or dtype.char not in _FAST_CHARS
+            or dcode is None
             or x.nbytes > shm.direct_bytes
             or env.broken is not None
             or not x.flags.c_contiguous
@@ -98,13 +108,11 @@ class AllReduce:
         env.board.mine[0] = seq
         shape = x.shape
         # With checks off every rank posts 0, so the comparison always passes.
-        print_ = (
-            hash((seq, _ALLREDUCE, code, ord(dtype.char), 0, shape)) & _MASK if env.checks else 0
-        )
+        print_ = hash((seq, _ALLREDUCE, code, dcode, 0, shape)) & _MASK if env.checks else 0
         deadline = self._small_deadline
         deadline.start, deadline.seq, deadline._warned = None, seq, False
         deadline.timeout, deadline.header = timeout, None
-        deadline.header_fn = header = lambda: Header(seq, _ALLREDUCE, code, ord(dtype.char), shape)
+        deadline.header_fn = header = lambda: Header(seq, _ALLREDUCE, code, dcode, shape)
         try:
             out = shm.allreduce_small(x, ufunc, print_, header, deadline, out)
         except DeadlineExceededError as exc:
@@ -120,19 +128,24 @@ class AllReduce:
         self, x: Any, op: ReduceOp | str, options: CommunicationOptions | None, in_place: bool
     ) -> Any:
         """All-reduce ``x`` (a new array, or ``x`` itself with ``in_place``)."""
-        op = _OPS.get(op) or ReduceOp.parse(op)
         opts = self.ctx.opts(options)
+        deadline = self.env.begin(_ALLREDUCE, opts.timeout)
+        return self.env.guard(deadline, lambda: self._allreduce(x, op, opts, deadline, in_place))
+
+    def _allreduce(
+        self, x: Any, op: ReduceOp | str, opts: Resolved, deadline: Deadline, in_place: bool
+    ) -> Any:
+        op = _OPS.get(op) or ReduceOp.parse(op)
         path, why = None, None
         if type(x) is np.ndarray:
             arr, back = x, None
+            check_numeric(arr.dtype)
         else:
             path, why = self.backends.device_path(x, opts.implementation, allreduce=True)
             arr, back = (x, None) if path else to_host(x)
         on_device = path is not None
         kind = KINDS["nccl_allreduce"] if path == "nccl" else _ALLREDUCE
-        header, deadline = self.env.begin(
-            lambda seq: Header(seq, kind, op.code, ord(arr.dtype.char), arr.shape), opts.timeout
-        )
+        header = Header(deadline.seq, kind, op.code, dtype_code(arr.dtype), arr.shape)
         error = why
         if error is None and arr.dtype.kind in "bc":
             error = check_reducible(arr.dtype, op)
@@ -144,12 +157,8 @@ class AllReduce:
                 f"allreduce_ works in place on writeable numpy (or device-carried CuPy) arrays "
                 f"only, got {type(x).__name__}"
             )
-        local_error = self.env.rank_error(error, why)
-        return self.env.guard(
-            lambda: self.reduce(
-                x, arr, back, op, opts, header, deadline, local_error, in_place, path
-            )
-        )
+        self.env.reject(error, why)
+        return self.reduce(x, arr, back, op, opts, header, deadline, in_place, path)
 
     def reduce(
         self,
@@ -160,11 +169,10 @@ class AllReduce:
         opts: Resolved,
         header: Header,
         deadline: Deadline,
-        local_error: Exception | None,
         in_place: bool,
         path: str | None = None,
     ) -> Any:
-        """Check, then reduce ``arr``; the shared body of every all-reduce.
+        """Check, then reduce ``arr``; the shared body of every all-reduce (inside its guard).
 
         Args:
             x: The caller's array (returned by in-place reductions).
@@ -174,15 +182,15 @@ class AllReduce:
             opts: Resolved options.
             header: This collective's header.
             deadline: Bounds every wait.
-            local_error: This rank's argument error (poisons the check), or None.
             in_place: Write the result into ``arr``.
             path: The GPU path (``"nccl"`` or ``"mpi"``), None for host buffers.
         """
         backends = self.backends
+        env = self.env
         compress = opts.compression if arr.dtype.kind == "f" and op.code <= 2 else None
         fused = False
         if path is not None:
-            self.env.check(header, deadline, local_error)
+            env.check(header, deadline)
             backend = backends.for_device(path, arr, allreduce=True)
             if compress in backend.compression:
                 backend = backends.compressed(backend, compress)
@@ -194,14 +202,10 @@ class AllReduce:
             if compress:
                 backend = backends.compressed(backend, compress)
             fused = (
-                backend is self._shm
-                and local_error is None
-                and self.ctx.num_nodes == 1
-                and self.size > 1
-                and self.env.checks
+                backend is self._shm and self.ctx.num_nodes == 1 and self.size > 1 and env.checks
             )
             if not fused:
-                self.env.check(header, deadline, local_error)
+                env.check(header, deadline)
             xp = np
         contiguous = arr.flags.c_contiguous
         flat = arr.reshape(-1) if contiguous else xp.ascontiguousarray(arr).reshape(-1)
@@ -216,7 +220,11 @@ class AllReduce:
                 dst[...] = src
         else:
             backend.allreduce(
-                src, dst, _SUM if op is _MEAN else op, header if fused else None, deadline
+                src,
+                dst,
+                _SUM if op is _MEAN else op,
+                env.fused(header, deadline) if fused else None,
+                deadline,
             )
         if op is _MEAN:
             mean_from_sum(dst, self.size)
@@ -235,46 +243,66 @@ class AllReduce:
         self, xs: Sequence[Any], op: ReduceOp | str, options: CommunicationOptions | None
     ) -> list[Any]:
         """All-reduce ``xs`` in packs of about ``bytes_per_pack`` bytes (tensor fusion)."""
-        op = _OPS.get(op) or ReduceOp.parse(op)
         opts = self.ctx.opts(options)
         env = self.env
-        # GPU arrays stay on the GPU (packed there, carried by NCCL) when all of them can.
-        paths = [self.backends.device_path(x, opts.implementation, allreduce=True) for x in xs]
-        path = paths[0][0] if xs and all(p == paths[0][0] for p, _ in paths) else None
-        nccl_error = next((e for _, e in paths if e), None)
-        if path is not None:
-            hosts = [(x, same) for x in xs]
-        else:
-            hosts = [to_host(x) for x in xs]
-            nccl_error = None
-        arrays = [a for a, _ in hosts]
-        plan = fusion.plan_packs(arrays, opts.bytes_per_pack)
+        try:
+            op = _OPS.get(op) or ReduceOp.parse(op)
+            # GPU arrays stay on the GPU (packed there, carried by NCCL) when all can.
+            paths = [self.backends.device_path(x, opts.implementation, allreduce=True) for x in xs]
+            path = paths[0][0] if xs and all(p == paths[0][0] for p, _ in paths) else None
+            nccl_error = next((e for _, e in paths if e), None)
+            if path is not None:
+                hosts = [(x, same) for x in xs]
+            else:
+                hosts = [to_host(x) for x in xs]
+                nccl_error = None
+            arrays = [a for a, _ in hosts]
+            plan = fusion.plan_packs(arrays, opts.bytes_per_pack)
+            layout = hash(tuple((dtype_code(a.dtype), a.shape) for a in arrays)) & 0x3FFFFFFF
+        except Exception as exc:
+            # Agreed at the first pack of the other ranks: every rank raises here.
+            deadline = env.begin(KINDS["grouped_allreduce"], opts.timeout)
+            env.guard(deadline, functools.partial(_raise, exc))
+            raise  # not reached: the guard raises ``exc``
         results: list[Any] = [None] * len(arrays)
-        layout = hash(tuple((ord(a.dtype.char), a.shape) for a in arrays)) & 0x3FFFFFFF
         kind = KINDS["nccl_grouped_allreduce" if path == "nccl" else "grouped_allreduce"]
         for indices in plan:
             members = [arrays[i] for i in indices]
-            packed = fusion.pack(members)
-            header, deadline = env.begin(
-                lambda seq, p=packed: Header(
-                    seq, kind, op.code, ord(p.dtype.char), p.shape, layout
-                ),
-                opts.timeout,
-            )
-            error = nccl_error or check_reducible(packed.dtype, op)
-            if path is not None and error is None:
-                error = device_reduce_error(packed.dtype, op)
-            local_error = env.rank_error(error, nccl_error)
+            deadline = env.begin(kind, opts.timeout)
             reduced = env.guard(
-                lambda p=packed, h=header, d=deadline, e=local_error: self.reduce(
-                    p, p, None, op, opts, h, d, e, True, path
-                )
+                deadline,
+                lambda m=members, d=deadline: self._pack(
+                    m, op, opts, d, kind, layout, path, nccl_error
+                ),
             )
             for i, part in zip(indices, fusion.unpack(reduced, members), strict=True):
                 results[i] = hosts[i][1](part)
         if not plan:
-            header, deadline = env.begin(
-                lambda seq: Header(seq, KINDS["grouped_allreduce"]), opts.timeout
-            )
-            env.guard(lambda: env.check(header, deadline))
+            deadline = env.begin(KINDS["grouped_allreduce"], opts.timeout)
+            header = Header(deadline.seq, KINDS["grouped_allreduce"])
+            env.guard(deadline, lambda: env.check(header, deadline))
         return results
+
+    def _pack(
+        self,
+        members: list[Any],
+        op: ReduceOp,
+        opts: Resolved,
+        deadline: Deadline,
+        kind: int,
+        layout: int,
+        path: str | None,
+        nccl_error: str | None,
+    ) -> Any:
+        """Pack ``members`` and all-reduce the pack (inside the pack's guard)."""
+        packed = fusion.pack(members)
+        header = Header(deadline.seq, kind, op.code, dtype_code(packed.dtype), packed.shape, layout)
+        error = nccl_error or check_reducible(packed.dtype, op)
+        if path is not None and error is None:
+            error = device_reduce_error(packed.dtype, op)
+        self.env.reject(error, nccl_error)
+        return self.reduce(packed, packed, None, op, opts, header, deadline, True, path)
+
+
+def _raise(exc: BaseException) -> None:
+    raise exc

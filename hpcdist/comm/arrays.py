@@ -16,7 +16,16 @@ import numpy as np
 
 from hpcdist.comm.reduce_op import ReduceOp
 
-__all__ = ["check_reducible", "from_wire", "mean_from_sum", "stage_to_host", "to_host", "to_wire"]
+__all__ = [
+    "check_numeric",
+    "check_reducible",
+    "from_wire",
+    "mean_from_sum",
+    "native_view",
+    "stage_to_host",
+    "to_host",
+    "to_wire",
+]
 
 
 def _is_cupy(x: Any) -> bool:
@@ -39,9 +48,27 @@ def to_host(x: Any) -> tuple[np.ndarray, Callable[[np.ndarray], Any]]:
         arr, back = np.from_dlpack(x), _identity
     else:
         arr, back = np.asarray(x), _identity
-    if arr.dtype.kind not in "biufc":
-        raise TypeError(f"collectives take numeric or bool arrays, got dtype {arr.dtype}")
+    check_numeric(arr.dtype)
     return arr, back
+
+
+def native_view(a: Any) -> Any:
+    """``a`` seen in native byte order: the same bytes, for collectives that only move bytes.
+
+    MPI refuses buffers in non-native byte order; every rank has the same order (the header
+    check compares it), so the bytes arrive as they left.
+    """
+    return a if a.dtype.isnative else a.view(a.dtype.newbyteorder("="))
+
+
+def check_numeric(dtype: np.dtype) -> None:
+    """Raise `TypeError` unless ``dtype`` is numeric or bool (strings, objects, dates are not).
+
+    Raises:
+        TypeError: Naming the dtype.
+    """
+    if dtype.kind not in "biufc":
+        raise TypeError(f"collectives take numeric or bool arrays, got dtype {dtype}")
 
 
 def stage_to_host(x: Any) -> np.ndarray:
@@ -94,9 +121,13 @@ def to_wire(flat: Any, dtypes: frozenset[str]) -> tuple[Any, str]:
 
     Returns:
         The buffer and how it was made: ``""`` (``flat`` itself), ``"view"`` (bool as uint8,
-        complex as pairs of reals: a view of ``flat``) or ``"cast"`` (a wider copy).
+        complex as pairs of reals: a view of ``flat``) or ``"cast"`` (a copy: wider, or in
+        native byte order, since backends reduce native numbers only).
     """
     char = flat.dtype.char
+    if not flat.dtype.isnative:
+        native = flat.dtype.newbyteorder("=")
+        return flat.astype(native if char in dtypes else _WIDER.get(char, native)), "cast"
     if char in dtypes:
         return flat, ""
     if char == "?":

@@ -5,11 +5,15 @@ headers across ranks before moving data (the shared-memory backend inside its fi
 the others with one small all-reduce), and ranks that disagree all raise the same
 `CollectiveMismatchError`. Waiting is done by polling with a deadline, so that a rank that
 never arrives produces `DeadlineExceededError` naming it, instead of a hang.
+
+dtypes are compared by kind, size and byte order (`dtype_code`): ``int64`` and ``longlong``
+are the same type, ``>f8`` and ``<f8`` are not.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 
@@ -20,10 +24,15 @@ from hpcdist.errors import CollectiveMismatchError, DeadlineExceededError
 from hpcdist.log import get_logger
 
 __all__ = [
+    "CLOSING",
+    "GAVE_UP",
     "HEADER_WORDS",
+    "LEFT",
+    "POISON",
     "ArrivalBoard",
     "Deadline",
     "Header",
+    "dtype_code",
     "fingerprint",
     "mismatch_error",
     "verify_headers",
@@ -53,6 +62,50 @@ KINDS = {
 _KIND_NAMES = {v: k for k, v in KINDS.items()}
 _OP_NAMES = {0: "", 1: "SUM", 2: "MEAN", 3: "MIN", 4: "MAX", 5: "PROD"}
 
+#: The ``extra`` word of a poisoned header: the rank's arguments are invalid (never a root or a
+#: pack layout). Every rank sees the headers differ; `mismatch_error` names the poisoned ranks.
+POISON = -0x5BAD
+
+#: The state a rank publishes on the `ArrivalBoard` once it has reached the end of the program.
+LEFT = -3
+#: ... once it is closing the communicator (`Communicator.close`).
+CLOSING = -4
+#: ... once it gave up closing (its deadline passed first): it will never free anything.
+GAVE_UP = -6
+#: Sequence number of the wait for every rank to close (at ``close`` or at exit).
+CLOSE = -5
+_NO_ANSWER = -2  # the rank's board could not be read in time (stopped, or no progress)
+
+#: Flag bit of a `dtype_code`: the dtype is big-endian.
+_BIG = 0x100
+_CODES: dict[np.dtype, int] = {}
+
+
+def dtype_code(dtype: np.dtype) -> int:
+    """The number that stands for ``dtype`` in a header: kind, size and byte order.
+
+    Numeric dtypes of the same kind and size share one code (``int64`` and ``longlong`` are the
+    same type; the code is ``ord`` of numpy's canonical character, so ``ord("f")`` is float32);
+    big-endian ones set a flag bit, so arrays of the same type but different byte orders differ.
+    """
+    code = _CODES.get(dtype)
+    if code is None:
+        char = dtype.char
+        if dtype.kind in "biufc":
+            char = np.dtype(f"{dtype.kind}{dtype.itemsize}").char
+        big = dtype.byteorder == ">" or (dtype.byteorder == "=" and sys.byteorder == "big")
+        code = _CODES[dtype] = ord(char) | (_BIG if big else 0)
+    return code
+
+
+def describe_dtype(code: int) -> str:
+    """The dtype name of a `dtype_code`, e.g. ``float32`` or ``float64 (big-endian)``."""
+    try:
+        name = np.dtype(chr(code & 0xFF)).name
+    except TypeError:
+        name = f"dtype{code & 0xFF}"
+    return f"{name} (big-endian)" if code & _BIG else name
+
 
 class Header:
     """What one rank is about to do in one collective.
@@ -61,9 +114,10 @@ class Header:
         seq: Sequence number of the collective on this communicator.
         kind: Code of the collective (see ``KINDS``).
         op: Code of the reduce op, 0 if none.
-        dtype_char: ``ord(dtype.char)``; 0 if none.
+        dtype_char: The dtype's `dtype_code` (``ord(dtype.char)`` for native numeric dtypes);
+            0 if none.
         shape: The shape that must agree (for allgather, without the first axis).
-        extra: One more number that must agree (root, pack layout hash, ...).
+        extra: One more number that must agree (root, pack layout hash, ...), or `POISON`.
 
     ``words`` is the fixed-length encoding that ranks compare (a tuple of ``HEADER_WORDS``
     ints; shapes of more than ``HEADER_WORDS - 7`` dimensions are hashed).
@@ -89,7 +143,7 @@ class Header:
 
     @property
     def dtype_char(self) -> int:
-        """``ord(dtype.char)``, 0 if none."""
+        """The dtype's `dtype_code`, 0 if none."""
         return self.words[3]
 
     def fingerprint(self) -> int:
@@ -103,15 +157,17 @@ class Header:
     @staticmethod
     def describe_words(words: Sequence[int]) -> str:
         """Human-readable form of encoded words, e.g. ``allreduce #3 SUM float32[4, 3]``."""
-        seq, kind, op, dchar, extra, ndim = (int(w) for w in words[:6])
+        seq, kind, op, dcode, extra, ndim = (int(w) for w in words[:6])
         name = _KIND_NAMES.get(kind, f"kind{kind}")
         text = f"{name} #{seq}"
         if op:
             text += f" {_OP_NAMES.get(op, op)}"
-        if dchar:
+        if dcode:
             dims = "..." if ndim < 0 else ", ".join(str(int(d)) for d in words[6 : 6 + ndim])
-            text += f" {np.dtype(chr(dchar)).name}[{dims}]"
-        if extra:
+            text += f" {describe_dtype(dcode)}[{dims}]"
+        if extra == POISON:
+            text += " (invalid arguments)"
+        elif extra:
             text += f" ({extra})"
         return text
 
@@ -140,6 +196,9 @@ def mismatch_error(
 ) -> CollectiveMismatchError:
     """Build the error for a table of encoded headers, one row per rank.
 
+    When some headers are poisoned (`POISON`: those ranks' arguments are invalid and they raise
+    their own error), the message names those ranks instead of listing what each rank sent.
+
     Args:
         table: ``(n, HEADER_WORDS)`` int64 headers.
         ranks: Rank of each row (default ``0..n-1``).
@@ -148,13 +207,24 @@ def mismatch_error(
         An error whose message groups ranks by what they sent.
     """
     ranks = list(range(len(table))) if ranks is None else list(ranks)
+    descriptions = tuple(Header.describe_words(row) for row in table)
+    bad = [rank for rank, row in zip(ranks, table, strict=True) if row[4] == POISON]
+    if bad:
+        good = [row for row in table if row[4] != POISON]
+        what = Header.describe_words(good[0] if good else table[0]).replace(
+            " (invalid arguments)", ""
+        )
+        return CollectiveMismatchError(
+            f"collective {what} failed: invalid arguments on rank(s) {_ranks_text(bad)} "
+            "(see the error on those ranks)",
+            descriptions,
+        )
     groups: dict[str, list[int]] = {}
-    for rank, row in zip(ranks, table, strict=True):
-        groups.setdefault(Header.describe_words(row), []).append(rank)
+    for rank, text in zip(ranks, descriptions, strict=True):
+        groups.setdefault(text, []).append(rank)
     parts = [
         f"rank{'s' if len(r) > 1 else ''} {_ranks_text(r)} sent {d}" for d, r in groups.items()
     ]
-    descriptions = tuple(Header.describe_words(row) for row in table)
     return CollectiveMismatchError(
         "collective mismatch across ranks: " + "; ".join(parts), descriptions
     )
@@ -172,7 +242,8 @@ class Deadline:
         stall_warning: Seconds before a warning naming the missing ranks; None never.
         header: The collective (for messages).
         board: Where ranks publish their progress, to name the missing ones; None if unknown.
-        seq: Sequence number of the collective, when no header is given.
+        seq: Sequence number of the collective, when no header is given (`CLOSE`: the wait for
+            every rank to close the communicator).
     """
 
     __slots__ = (
@@ -210,17 +281,40 @@ class Deadline:
 
     def what(self) -> str:
         """The collective, for messages."""
+        if self.seq == CLOSE:
+            leaving = self.board is not None and self.board.mine[1] == LEFT
+            return "the end of the program" if leaving else "closing the communicator"
         if self.header is None and self.header_fn is not None:
             self.header = self.header_fn()
         if self.header is not None:
             return self.header.describe()
         return f"collective #{self.seq}" if self.seq is not None else "collective"
 
-    def missing(self) -> list[int]:
-        """The ranks that have not entered this collective (empty if unknown)."""
+    def report(self) -> tuple[list[int], str]:
+        """The ranks that have not entered this collective, and what is known of each.
+
+        Returns:
+            The ranks (empty if unknown) and a text such as ``"; rank 1 left the program"``
+            (empty when there is nothing to add).
+        """
         if self.board is None or self.seq is None:
-            return []
-        return self.board.behind(self.seq)
+            return [], ""
+        values = self.board.read()
+        missing = behind(values, self.seq)
+        notes = []
+        for r in missing:
+            seq, state = (int(v) for v in values[r])
+            if state == LEFT:
+                notes.append(f"rank {r} left the program (it reached its end)")
+            elif state == CLOSING:
+                notes.append(f"rank {r} is closing the communicator")
+            elif state == GAVE_UP:
+                notes.append(f"rank {r} gave up closing the communicator (deadline passed)")
+            elif state == _NO_ANSWER:
+                notes.append(f"rank {r} did not answer (stopped or busy outside MPI?)")
+            elif self.seq == CLOSE and seq > 0:
+                notes.append(f"rank {r} last entered collective #{seq}")
+        return missing, "".join(f"; {note}" for note in notes)
 
     def wait(self, done: Callable[[], bool]) -> None:
         """Return once ``done()`` is true.
@@ -251,20 +345,29 @@ class Deadline:
             time.sleep(min(1e-3, 1e-6 * (spins - self.SPINS + 1)))
         if self.stall_warning is not None and not self._warned and elapsed > self.stall_warning:
             self._warned = True
+            missing, notes = self.report()
             get_logger().warning(
-                "%s has waited %.0f s; ranks not yet arrived: %s",
+                "%s has waited %.0f s; ranks not yet arrived: %s%s%s",
                 self.what(),
                 elapsed,
-                _ranks_text(self.missing()) or "unknown",
+                _ranks_text(missing) or "unknown",
+                notes,
+                ""
+                if self.timeout is not None
+                else (
+                    ". No deadline is set, so this rank waits for ever: set "
+                    "HPCDIST_TIMEOUT_SECONDS=<seconds> (or CommunicationOptions("
+                    "timeout_seconds=...)) so that the job ends with an error instead"
+                ),
             )
         if self.timeout is not None and elapsed > self.timeout:
-            missing = self.missing()
+            missing, notes = self.report()
             rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
             raise DeadlineExceededError(
                 f"{self.what()} did not complete within {self.timeout:g} s on rank {rank} of "
                 f"{size} ({MPI.Get_processor_name()}): "
                 + (
-                    f"rank(s) {_ranks_text(missing)} never joined"
+                    f"rank(s) {_ranks_text(missing)} never joined{notes}"
                     if missing
                     else "all ranks joined but the transfer did not finish"
                 ),
@@ -272,12 +375,24 @@ class Deadline:
             )
 
 
-class ArrivalBoard:
-    """Each rank publishes the sequence number of the collective it last entered.
+def behind(values: np.ndarray, seq: int) -> list[int]:
+    """The ranks that have not entered collective ``seq``, from the board's entries.
 
-    One int64 per rank in an RMA window; publishing is a local store. Only when a collective is
-    slow are the other ranks' numbers read (``Rget``, bounded in time), to name the ranks that
-    have not arrived.
+    ``values[r]`` is rank ``r``'s (sequence number, state). For `CLOSE`, the ranks not (yet)
+    closing.
+    """
+    if seq == CLOSE:
+        return [r for r, (_, state) in enumerate(values) if state not in (LEFT, CLOSING)]
+    return [r for r, (last, _) in enumerate(values) if last < seq]
+
+
+class ArrivalBoard:
+    """Each rank publishes the sequence number of the collective it last entered, and its state.
+
+    Two int64 per rank in an RMA window; publishing is a local store. Only when a collective is
+    slow are the other ranks' entries read (``Rget``, bounded in time), to name the ranks that
+    have not arrived. The state is 0, or `LEFT` (the rank reached the end of the program),
+    `CLOSING` (it is closing the communicator) or `GAVE_UP` (closing passed its deadline).
 
     Args:
         comm: The library's communicator (collective construction).
@@ -285,9 +400,10 @@ class ArrivalBoard:
 
     def __init__(self, comm: MPI.Intracomm) -> None:
         self.comm = comm
-        self.win = MPI.Win.Allocate(8, 8, comm=comm)
-        self.mine = np.frombuffer(self.win.tomemory(), dtype=np.int64, count=1)
-        self.mine[0] = -1
+        self.win = MPI.Win.Allocate(16, 8, comm=comm)
+        #: This rank's entry: ``mine[0]`` the sequence number, ``mine[1]`` the state.
+        self.mine = np.frombuffer(self.win.tomemory(), dtype=np.int64, count=2)
+        self.mine[:] = (-1, 0)
         comm.Barrier()
         self.win.Lock_all(MPI.MODE_NOCHECK)
 
@@ -295,22 +411,32 @@ class ArrivalBoard:
         """Record that this rank entered collective ``seq``."""
         self.mine[0] = seq
 
-    def behind(self, seq: int, ranks: Sequence[int] | None = None, grace: float = 2.0) -> list[int]:
-        """Return the ranks whose last collective is before ``seq`` (or did not answer)."""
+    def set_state(self, state: int) -> None:
+        """Record that this rank left the program, is closing, or gave up closing."""
+        self.mine[1] = state
+
+    def read(self, grace: float = 2.0) -> np.ndarray:
+        """Every rank's entry, ``(size, 2)``.
+
+        Ranks that did not answer within ``grace`` seconds read ``(-2, -2)``.
+        """
         self.win.Sync()
-        ranks = range(self.comm.Get_size()) if ranks is None else ranks
-        values = np.full(self.comm.Get_size(), -2, dtype=np.int64)
+        me, size = self.comm.Get_rank(), self.comm.Get_size()
+        values = np.full((size, 2), _NO_ANSWER, dtype=np.int64)
         requests = {}
-        for r in ranks:
-            if r != self.comm.Get_rank():
-                requests[r] = self.win.Rget([values[r : r + 1], MPI.INT64_T], r)
-        values[self.comm.Get_rank()] = self.mine[0]
+        for r in range(size):
+            if r != me:
+                requests[r] = self.win.Rget([values[r], MPI.INT64_T], r)
+        values[me] = self.mine
         end = time.monotonic() + grace
         while requests and time.monotonic() < end:
             for r in [r for r, req in requests.items() if req.Test()]:
                 del requests[r]
             time.sleep(1e-4)
-        return [r for r in ranks if r in requests or values[r] < seq]
+        out = values.copy()  # a late answer still lands in ``values``, not in the result
+        for r in requests:
+            out[r] = _NO_ANSWER
+        return out
 
     def free(self) -> None:
         """Release the window (collective)."""

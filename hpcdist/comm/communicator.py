@@ -14,6 +14,9 @@ hpcdist's traffic never mixes with the user's. Every collective:
    `DeadlineExceededError` naming the ranks that never joined, and the communicator refuses
    further work (`UnavailableError`), because the abandoned operation may still complete.
 
+Closing, explicitly or at the end of the program, is bounded by the same deadline: the ranks
+agree that they are all closing before anything collective is freed.
+
 The collectives' bodies live in `hpcdist.comm.allreduce` and `hpcdist.comm.collectives`;
 async handles in `hpcdist.comm.handles`; the end of communicators in `hpcdist.comm.lifetime`.
 """
@@ -86,7 +89,8 @@ class Communicator:
         self._opts = ctx.opts  # bound once: the small-message path counts every lookup
         self._small = self._reduce.small
         self._pending = self._runner.pending
-        lifetime.register(self, lambda: self._env.broken is None)
+        self._closed = False
+        lifetime.register(self)
         if self.size > 1 and self.settings.abort_on_exception:
             abort.install()  # a rank that dies must not leave the others waiting in a collective
 
@@ -288,21 +292,52 @@ class Communicator:
         self._runner.sync(self._ops.barrier, options)
 
     def allgather_object(self, obj: Any, options: CommunicationOptions | None = None) -> list[Any]:
-        """Return the list of every rank's picklable ``obj`` (large objects via ``pkl5``)."""
+        """Return the list of every rank's picklable ``obj`` (of any size).
+
+        Raises:
+            Exception: This rank's ``obj`` cannot be pickled (the pickling error).
+            CollectiveMismatchError: Another rank's cannot (every rank raises).
+        """
         return self._runner.sync(self._ops.objects, "allgather_object", obj, 0, options)
 
     def broadcast_object(
         self, obj: Any, root: int = 0, options: CommunicationOptions | None = None
     ) -> Any:
-        """Return rank ``root``'s picklable ``obj`` on every rank."""
+        """Return rank ``root``'s picklable ``obj`` on every rank.
+
+        Raises:
+            Exception: This rank is ``root`` and ``obj`` cannot be pickled (the pickling error).
+            CollectiveMismatchError: The root's object cannot be pickled (every other rank).
+        """
         return self._runner.sync(self._ops.objects, "broadcast_object", obj, root, options)
 
     # -- lifetime -------------------------------------------------------------------------------
 
+    def leave(self) -> None:
+        """Publish that this rank has reached the end of the program (the exit hook calls it).
+
+        Ranks still waiting in a collective then name this rank as one that left.
+        """
+        self._env.leave()
+
     def close(self) -> None:
-        """Release windows and communicators (collective). The communicator is unusable after."""
+        """Release windows and communicators (collective). The communicator is unusable after.
+
+        Bounded by the communicator's deadline (``timeout_seconds``): the ranks first agree that
+        all of them are closing, and whether any of them failed (then nothing collective is
+        freed, since a peer may still be inside the failed operation).
+
+        Raises:
+            DeadlineExceededError: Some ranks did not close within the deadline (named).
+        """
+        if self._closed:
+            return
+        self._closed = True
         lifetime.unregister(self)
         self._runner.close()
+        if not self._env.agree_to_close(self._opts(None).timeout):
+            self._env.broken = "closed"
+            return
         self._env.close()
         self._backends.close()
         for comm in (self._leader_comm, self._node_comm, self._comm):

@@ -1,12 +1,19 @@
 """The envelope of every collective: sequence numbers, header checks, poison and failure state.
 
-Each collective takes the next sequence number and builds a `Header` (`hpcdist.comm.checks`).
-Before data moves, ranks compare headers: on a single node inside the shared-memory barrier,
-across nodes with one small all-reduce (the ``barrier`` of the backend that checks). A rank
-whose arguments are invalid *poisons* its header instead of raising at once, so that every rank
-raises (that rank its own error, the others `CollectiveMismatchError` naming it) instead of some
-ranks waiting forever. A collective that passes its deadline leaves the communicator unusable:
-the abandoned operation may still complete.
+Each collective takes the next sequence number (`Envelope.begin`), prepares its arguments and
+builds a `Header` (`hpcdist.comm.checks`). Before data moves, ranks compare headers: on a single
+node inside the shared-memory barrier, across nodes with one small all-reduce (the ``barrier`` of
+the backend that checks). Whatever fails on one rank between taking the sequence number and the
+check (invalid arguments, a dtype that cannot be reduced, an object that cannot be pickled, any
+exception in the preparation) *poisons* that rank's header instead of escaping at once
+(`Envelope.guard`), so that every rank raises at that call (that rank its own error, the others
+`CollectiveMismatchError` naming it) and the sequence stays the same everywhere. A failure after
+the check, while data moves, or a collective that passes its deadline, leaves the communicator
+unusable: its peers may still be waiting in the abandoned operation.
+
+Closing (`Envelope.agree_to_close`, at ``Communicator.close`` and at exit) first agrees, under the
+deadline, on a communicator of its own that every rank is closing and whether any rank's
+communicator failed: the collective frees then run only where every rank takes part.
 """
 
 from __future__ import annotations
@@ -14,29 +21,48 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 from mpi4py import MPI
 
 from hpcdist.comm.backend import Backend
-from hpcdist.comm.checks import ArrivalBoard, Deadline, Header
-from hpcdist.errors import CollectiveMismatchError, DeadlineExceededError, UnavailableError
+from hpcdist.comm.checks import (
+    CLOSE,
+    CLOSING,
+    GAVE_UP,
+    LEFT,
+    POISON,
+    ArrivalBoard,
+    Deadline,
+    Header,
+)
+from hpcdist.errors import (
+    CollectiveMismatchError,
+    DeadlineExceededError,
+    HpcdistError,
+    UnavailableError,
+)
 
 __all__ = ["POISON", "Envelope"]
 
-#: The ``extra`` word of a poisoned header (never a root or a pack layout).
-POISON = -0x5BAD
+# Where the current collective stands (`Envelope.stage`).
+_OPEN = 0  # sequence number taken, header not yet compared: a failure poisons the check
+_CHECKING = 1  # comparing headers: what is raised now is raised on every rank
+_MOVING = 2  # headers agreed, data moving: a failure breaks the communicator
 
 
 class Envelope:
     """Sequence numbers, cross-rank header checks and the failure state of one communicator.
 
-    Construction is collective (it allocates the arrival board).
+    Construction is collective (it allocates the arrival board and duplicates ``comm`` for the
+    closing agreement).
 
     Args:
         comm: The library's communicator.
         checker: The backend whose ``barrier`` compares headers (shared memory on one node,
             MPI across nodes).
-        check_collectives: Whether headers are compared at all (invalid arguments are always
-            agreed on).
+        check_collectives: Whether headers are compared at all. Without the comparison, a
+            failure on one rank is not reported to the others (as in raw MPI), except in the
+            object collectives, which always compare.
         stall_warning: Seconds before a wait warns about missing ranks; None never.
     """
 
@@ -55,12 +81,22 @@ class Envelope:
         self.seq = 0
         #: Why the communicator is unusable, or None.
         self.broken: str | None = None
+        self.stage = _MOVING
+        self._kind = 0
         self.board = ArrivalBoard(comm) if self.size > 1 else None
+        # Used only to agree on closing: nothing abandoned on ``comm`` can get in its way.
+        self._closer = comm.Dup() if self.size > 1 else MPI.COMM_NULL
+        self._leaving = False
 
-    def begin(
-        self, header_fn: Callable[[int], Header], timeout: float | None
-    ) -> tuple[Header, Deadline]:
-        """Start a collective: the next sequence number, its header and its deadline.
+    def begin(self, kind: int, timeout: float | None) -> Deadline:
+        """Start a collective: take the next sequence number; return its deadline.
+
+        Everything the collective does until its header check belongs in `guard`, so that a
+        failure there is agreed on by every rank.
+
+        Args:
+            kind: The collective's code (``KINDS``), for messages and for a poisoned header.
+            timeout: The deadline in seconds, None for none.
 
         Raises:
             UnavailableError: An earlier collective failed (or the communicator is closed).
@@ -70,68 +106,146 @@ class Envelope:
                 f"rank {self.rank}: this communicator is unusable after an earlier failure "
                 f"({self.broken}); restart the job (restore from the latest checkpoint)"
             )
-        self.seq += 1
-        header = header_fn(self.seq)
+        self.seq = seq = self.seq + 1
         board = self.board
         if board is not None:
-            board.mine[0] = self.seq
-        return header, Deadline(timeout, self.stall, header, board)
+            board.mine[0] = seq
+        self.stage, self._kind = _OPEN, kind
+        deadline = Deadline(timeout, self.stall, None, board, seq)
+        deadline.header_fn = lambda: Header(seq, kind)
+        return deadline
 
     def fail(self, exc: BaseException) -> None:
-        """Record that a deadline passed: the communicator refuses further work."""
+        """Record that the communicator can no longer be used (a deadline passed, ...)."""
         self.broken = f"{type(exc).__name__}: {exc}"
 
-    def guard(self, fn: Callable[[], Any]) -> Any:
-        """Run the data-moving part of a collective; a passed deadline breaks the communicator."""
+    def guard(self, deadline: Deadline, fn: Callable[[], Any]) -> Any:
+        """Run the collective begun with ``deadline``; make every failure safe for the others.
+
+        - before the header check: the exception poisons this rank's header, so that every
+          rank raises at this call (this rank the exception itself);
+        - during the check: what is raised is raised on every rank (a mismatch, or this rank's
+          own error after its poisoned check);
+        - after it, while data moves, and for a passed deadline at any point: the communicator
+          is marked unusable, since its peers may be waiting in this collective.
+        """
         try:
             return fn()
         except DeadlineExceededError as exc:
             self.fail(exc)
             raise
+        except Exception as exc:
+            if self.stage == _OPEN:
+                try:
+                    self.check(Header(deadline.seq, self._kind), deadline, exc, always=True)
+                except DeadlineExceededError as late:
+                    self.fail(late)
+                    raise
+            elif self.stage == _MOVING and self.size > 1 and not isinstance(exc, HpcdistError):
+                # (hpcdist's own errors past the check are raised on every rank: NCCL start-up)
+                self.fail(exc)
+            raise
+
+    def fused(self, header: Header, deadline: Deadline) -> Header:
+        """Mark that the backend compares ``header`` itself (in its first barrier)."""
+        self.stage = _CHECKING
+        deadline.header = header
+        return header
 
     def check(
-        self, header: Header, deadline: Deadline, local_error: Exception | None = None
+        self,
+        header: Header,
+        deadline: Deadline,
+        local_error: Exception | None = None,
+        always: bool = False,
     ) -> None:
         """Verify the header across ranks; a local error poisons it so every rank raises.
+
+        Args:
+            header: This rank's header.
+            deadline: Bounds the wait.
+            local_error: This rank's error, or None.
+            always: Compare even when the checks are turned off (object collectives).
 
         Raises:
             CollectiveMismatchError: Headers differ, or another rank's arguments are invalid.
             Exception: ``local_error``, on this rank.
         """
+        self.stage = _CHECKING
         if local_error is not None:
             header = header.replace_extra(POISON)
-        elif not self.checks or self.size == 1:
-            return
+        else:
+            deadline.header = header
+            if self.size == 1 or not (self.checks or always):
+                self.stage = _MOVING
+                return
         try:
             if self.size > 1:
                 self.checker.barrier(header, deadline)
-        except CollectiveMismatchError as exc:
-            if local_error is not None:
-                raise local_error from None
-            bad = [r for r, d in enumerate(exc.descriptions) if f"({POISON})" in d]
-            if bad:
-                raise CollectiveMismatchError(
-                    f"collective {header.describe()} failed: invalid arguments on rank(s) "
-                    f"{','.join(map(str, bad))} (see the error on those ranks)",
-                    exc.descriptions,
-                ) from None
+        except CollectiveMismatchError:
+            if local_error is not None:  # the mismatch is its own: raise it, with its cause
+                raise local_error from local_error.__cause__
             raise
         if local_error is not None:
             raise local_error
+        self.stage = _MOVING
 
-    def rank_error(self, error: str | None, why: str | None = None) -> Exception | None:
-        """This rank's argument error, if any (it poisons the header check).
+    def reject(self, error: str | None, why: str | None = None) -> None:
+        """Raise this rank's argument error, if any (inside `guard`: it poisons the check).
 
         `UnavailableError` when the error is ``why`` (NCCL was asked for and cannot load), else
         `TypeError`.
         """
-        if not error:
-            return None
-        kind = UnavailableError if error == why else TypeError
-        return kind(f"rank {self.rank}: {error}")
+        if error:
+            kind = UnavailableError if error == why else TypeError
+            raise kind(f"rank {self.rank}: {error}")
+
+    # -- closing ------------------------------------------------------------------------------
+
+    def leave(self) -> None:
+        """Publish that this rank has reached the end of the program (local)."""
+        self._leaving = True
+        if self.board is not None:
+            self.board.set_state(LEFT)
+
+    def agree_to_close(self, timeout: float | None) -> bool:
+        """Wait until every rank closes; return whether every rank can free collectively.
+
+        Runs on a communicator of its own, so that an operation abandoned on the library's
+        communicator (after a deadline) cannot get in its way; a rank whose communicator failed
+        takes part too, and then no rank frees anything collectively.
+
+        Raises:
+            DeadlineExceededError: Some ranks did not close within ``timeout`` (named, with
+                what is known of them); the communicator is then unusable.
+        """
+        if self.size == 1:
+            return True
+        if self.board is not None:
+            self.board.set_state(LEFT if self._leaving else CLOSING)
+        failed = np.array([self.broken is not None], dtype=np.int32)
+        anyone = np.zeros(1, dtype=np.int32)
+        deadline = Deadline(timeout, self.stall, None, self.board, CLOSE)
+        try:
+            deadline.wait(self._closer.Iallreduce(failed, anyone, op=MPI.MAX).Test)
+            # A rank that gave up waiting above has left its contribution behind, so the others
+            # may complete without it: this second round makes them wait for it (bounded) instead
+            # of entering collective frees that it will never join.
+            deadline.wait(self._closer.Ibarrier().Test)
+        except DeadlineExceededError as exc:
+            self.fail(exc)
+            if self.board is not None:
+                self.board.set_state(GAVE_UP)
+            raise
+        return not anyone[0]
 
     def close(self) -> None:
-        """Free the arrival board (collective); the envelope refuses further work."""
+        """Free the arrival board and the closing communicator; refuse further work.
+
+        Collective, after `agree_to_close` said that every rank can free.
+        """
         if self.board is not None:
             self.board.free()
+        if self._closer != MPI.COMM_NULL:
+            self._closer.Free()
         self.broken = "closed"

@@ -3,6 +3,14 @@
 Freeing windows and communicators is collective, so it must not depend on when each rank's
 garbage collector runs: live communicators are held by strong references until ``close()`` or
 the end of the program, when an ``atexit`` hook closes them in the same order on every rank.
+
+The end of the program is bounded like a collective. The hook first publishes, on every live
+communicator, that this rank has left (so that ranks still waiting in a collective name it),
+then closes each one: every rank agrees, under the communicator's deadline, that it is closing
+(`hpcdist.comm.envelope.Envelope.agree_to_close`) before anything collective is freed. When a
+rank does not arrive in time (it left early, it is stuck, it is stopped), the job is aborted
+with `EXIT_DEADLINE_CODE`, naming the ranks that did not arrive; without a deadline the stall
+warning names them and says how to set one.
 """
 
 from __future__ import annotations
@@ -13,39 +21,46 @@ from typing import Protocol, TypeVar
 
 from mpi4py import MPI
 
-__all__ = ["close_all", "register", "shared", "unregister"]
+from hpcdist import abort
+from hpcdist.errors import DeadlineExceededError
+
+__all__ = ["EXIT_DEADLINE_CODE", "close_all", "register", "shared", "unregister"]
+
+#: Exit code of a job aborted because some ranks did not reach the end of the program in time.
+EXIT_DEADLINE_CODE = 18
 
 
 class Closable(Protocol):
     """What the hook needs of a communicator."""
 
+    def leave(self) -> None:
+        """Publish that this rank reached the end of the program (local)."""
+
     def close(self) -> None:
-        """Release its resources (collective)."""
+        """Release its resources (collective, bounded by its deadline).
+
+        Raises:
+            DeadlineExceededError: Some ranks did not close in time.
+        """
 
 
 T = TypeVar("T", bound=Closable)
 
-# (communicator, whether it is still usable), oldest first
-_live: list[tuple[Closable, Callable[[], bool]]] = []
+# live communicators, oldest first
+_live: list[Closable] = []
 _shared: dict[Callable[[], Closable], Closable] = {}
 
 
-def register(comm: Closable, usable: Callable[[], bool]) -> None:
-    """Remember a communicator so that its windows are freed before MPI finalises.
-
-    Args:
-        comm: The communicator.
-        usable: Whether it can still take part in a collective close (False after a failure:
-            its peers may never join).
-    """
+def register(comm: Closable) -> None:
+    """Remember a communicator so that its windows are freed before MPI finalises."""
     if not _live:
         atexit.register(close_all)
-    _live.append((comm, usable))
+    _live.append(comm)
 
 
 def unregister(comm: Closable) -> None:
     """Forget a communicator (it is being closed)."""
-    _live[:] = [entry for entry in _live if entry[0] is not comm]
+    _live[:] = [entry for entry in _live if entry is not comm]
     for key, value in list(_shared.items()):
         if value is comm:
             del _shared[key]
@@ -54,13 +69,25 @@ def unregister(comm: Closable) -> None:
 def close_all() -> None:
     """Close every live communicator, newest first (same order on every rank).
 
-    Communicators that failed (a deadline passed) are skipped: their peers may never join.
+    A communicator whose deadline passes while its ranks agree to close aborts the job:
+    the ranks that did not arrive may never do so, and the launcher would wait for ever.
     """
     if MPI.Is_finalized():
         return
-    for comm, usable in reversed(list(_live)):
-        if usable():
+    live = list(reversed(_live))
+    for comm in live:
+        comm.leave()
+    try:
+        for comm in live:
             comm.close()
+    except DeadlineExceededError as exc:
+        rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+        abort.abort_job(
+            f"hpcdist: rank {rank} of {size} left the program, but the other ranks did not all "
+            f"follow: {exc}. Aborting the job so that it does not hang "
+            f"(exit code {EXIT_DEADLINE_CODE})",
+            EXIT_DEADLINE_CODE,
+        )
     _live.clear()
     _shared.clear()
 

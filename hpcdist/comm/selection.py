@@ -121,10 +121,15 @@ class Backends:
             all-reduce with ``HPCDIST_CUDA_AWARE_MPI=1`` under AUTO or MPI otherwise;
             ``(None, None)`` to stage through pinned host memory; ``("nccl", why)`` when
             NCCL was asked for and cannot load (an error on every rank).
+
+        Raises:
+            ValueError: The NCCL backend exists, on another GPU than ``x``'s.
         """
         if not is_device_array(x):
             return None, None
         if impl in _NCCL_IMPLS and nccl_available():
+            if self.nccl is not None:
+                self.nccl.check_device(x)  # before the header check: agreed by every rank
             return "nccl", None
         if allreduce and self.settings.cuda_aware_mpi and impl in _CUDA_MPI_IMPLS:
             return "mpi", None

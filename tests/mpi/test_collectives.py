@@ -5,6 +5,8 @@ locally with numpy. Runs at any world size; `.ci/run` uses 2, 3 and 4 ranks, and
 fake nodes (the hierarchical backend).
 """
 
+import threading
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -12,6 +14,7 @@ from hypothesis import strategies as st
 from mpi4py import MPI
 
 import hpcdist as hd
+import hpcdist.comm.collectives
 
 pytestmark = pytest.mark.mpi(min_size=2)
 
@@ -225,3 +228,41 @@ def test_property_random_shapes(shape, dtype, op, impl):
     xs = inputs(shape, dtype, comm.size, seed=hash(shape) % 1000)
     got = comm.allreduce(xs[comm.rank], op, hd.CommunicationOptions(implementation=impl))
     np.testing.assert_allclose(got, expected(op, xs, dtype).astype(got.dtype), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("root", [0, -1])
+def test_unpicklable_objects_raise_on_every_rank(comm, root):
+    """Issue item 3: the rank whose object cannot be pickled raises its pickling error, every
+    other rank `CollectiveMismatchError` naming it; the communicator stays usable."""
+    root = root % comm.size
+    lock = threading.Lock()
+    bad = root
+    for call in (
+        lambda: comm.allgather_object(lock if comm.rank == bad else comm.rank),
+        lambda: comm.broadcast_object(lock if comm.rank == root else None, root=root),
+    ):
+        if comm.rank == bad:
+            with pytest.raises(TypeError, match="pickle") as info:
+                call()
+            assert any(f"rank {bad} could not pickle" in n for n in info.value.__notes__)
+        else:
+            with pytest.raises(hd.errors.CollectiveMismatchError, match=f"rank\\(s\\) {bad}"):
+                call()
+    assert comm.allgather_object(comm.rank) == list(range(comm.size))
+    assert comm.broadcast_object({"root": root} if comm.rank == root else None, root) == {
+        "root": root
+    }
+
+
+def test_objects_travel_in_rounds(comm, monkeypatch):
+    monkeypatch.setattr(hpcdist.comm.collectives, "_OBJECT_ROUND_BYTES", 7)
+
+    def obj(r):
+        return {"r": r, "text": "x" * (3 * r), "array": np.arange(r * 10)}
+
+    got = comm.allgather_object(obj(comm.rank))
+    assert [g["r"] for g in got] == list(range(comm.size))
+    assert all(g["text"] == obj(r)["text"] for r, g in enumerate(got))
+    assert all(np.array_equal(g["array"], obj(r)["array"]) for r, g in enumerate(got))
+    big = comm.broadcast_object(np.arange(1000) if comm.rank == 1 else None, root=1)
+    assert np.array_equal(big, np.arange(1000))
