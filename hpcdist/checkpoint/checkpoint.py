@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from hpcdist.checkpoint.collective import checkpoint_communicator, is_checkpoint_chief
-from hpcdist.checkpoint.format import CheckpointError, read_arrays, write_arrays
-from hpcdist.checkpoint.graph import collect, describe_unsupported
+from hpcdist.checkpoint.collective import agree, checkpoint_communicator, is_checkpoint_chief
+from hpcdist.checkpoint.format import read_arrays, write_arrays
+from hpcdist.checkpoint.graph import collect, describe_unsupported, match_values
 from hpcdist.core import context
 from hpcdist.core.trackable import SlicedValue, is_checkpointable
 from hpcdist.log import get_logger
@@ -127,25 +127,32 @@ class Checkpoint:
     def write(self, file_prefix: str, options: CheckpointOptions | None = None) -> str:
         """Write a checkpoint to ``file_prefix + ".h5"`` without touching `save_counter`.
 
-        Collective: every rank calls it; the chief writes.
+        Collective: every rank calls it; the chief writes, then the ranks agree on the outcome,
+        so a write that failed on the chief raises on every rank (none waits for it).
 
         Returns:
             The file path.
+
+        Raises:
+            CheckpointWriteError: The file (or, asynchronously, the previous one) could not be
+                written; raised on every rank, with the errno.
         """
         path = file_prefix if file_prefix.endswith(".h5") else f"{file_prefix}.h5"
-        self.sync()
         is_async = options is not None and options.experimental_enable_async_checkpoint
-        arrays = self._snapshot(copy=is_async)  # async: a host copy, training may go on
         comm = checkpoint_communicator()
-        if is_checkpoint_chief(comm):
-            if options is not None and options.experimental_enable_async_checkpoint:
-                if self._executor is None:
-                    self._executor = concurrent.futures.ThreadPoolExecutor(1, "hpcdist-ckpt")
-                self._pending = self._executor.submit(write_arrays, path, arrays)
-            else:
-                write_arrays(path, arrays)
-        if comm is not None and not (options and options.experimental_enable_async_checkpoint):
-            comm.barrier()  # the file exists for everybody when save returns
+        error = self._async_error()  # a failed background write is raised on every rank now
+        arrays = self._snapshot(copy=is_async)  # async: a host copy, training may go on
+        if is_checkpoint_chief(comm) and error is None:
+            try:
+                if is_async:
+                    if self._executor is None:
+                        self._executor = concurrent.futures.ThreadPoolExecutor(1, "hpcdist-ckpt")
+                    self._pending = self._executor.submit(write_arrays, path, arrays)
+                else:
+                    write_arrays(path, arrays)
+            except Exception as exc:  # every rank must learn of it: agreed below
+                error = exc
+        agree(comm, error, f"write checkpoint {path!r}")  # the file exists when save returns
         return path
 
     def save(self, file_prefix: str, options: CheckpointOptions | None = None) -> str:
@@ -154,66 +161,87 @@ class Checkpoint:
         return self.write(f"{file_prefix}-{int(self.save_counter.numpy())}", options)
 
     def sync(self) -> None:
-        """Wait for an asynchronous write to finish (re-raising its error)."""
+        """Wait for an asynchronous write to finish (re-raising its error).
+
+        Not collective: only the chief writes, so only the chief can raise here; the next
+        `save`, `write` or `restore` raises the same failure on every rank.
+        """
         pending, self._pending = self._pending, None
         if pending is not None:
             pending.result()
+
+    def _async_error(self) -> Exception | None:
+        """Wait for an asynchronous write; return its exception instead of raising it."""
+        try:
+            self.sync()
+        except Exception as exc:
+            return exc
+        return None
 
     wait = sync
 
     # -- restoring ----------------------------------------------------------------------------
 
     def read(self, save_path: str) -> CheckpointLoadStatus:
-        """Restore every object found in ``save_path`` except `save_counter`."""
+        """Restore every object found in ``save_path`` except `save_counter` (see `restore`)."""
         return self._restore(save_path, with_counter=False)
 
     def restore(self, save_path: str) -> CheckpointLoadStatus:
         """Restore every object (and `save_counter`) from ``save_path``.
 
+        Collective: every rank calls it. Every value is checked before any is assigned, so a
+        failed restore changes no object.
+
         Raises:
-            CheckpointError: The file is missing, truncated or corrupt (names the file).
+            CheckpointCorruptError: The file is missing, truncated or corrupt (names the file).
+            CheckpointMismatchError: A value does not fit its object (names the variable and
+                both shapes), or the file has a newer format version.
         """
         return self._restore(save_path, with_counter=True)
 
     def _restore(self, save_path: str, with_counter: bool) -> CheckpointLoadStatus:
-        self.sync()
+        """Check every value against its object, then assign (collective, like `write`).
+
+        Nothing changes unless every rank read the file and every value fits: the ranks agree
+        once after reading (before slot holders build slots), once after checking (and
+        restoring states); only then are variables assigned.
+        """
+        comm = checkpoint_communicator()
         path = (
             save_path
             if save_path.endswith(".h5") or os.path.exists(save_path)
             else f"{save_path}.h5"
         )
-        arrays, _ = read_arrays(path)
+        error = self._async_error()
+        arrays: dict[str, np.ndarray] = {}
+        if error is None:
+            try:
+                arrays, _ = read_arrays(path)
+                match_values(path, arrays, collect(self._roots()), with_counter)
+            except Exception as exc:
+                error = exc
+        agree(comm, error, f"restore checkpoint {path!r}")
         self._build_slots(arrays)
-        graph = collect(self._roots())
-        used: set[str] = set()
-        missing = []
-        for p, var in graph.variables.items():
-            if p == "save_counter" and not with_counter:
-                used.add(p)
-                continue
-            if p not in arrays:
-                missing.append(p)
-                continue
-            value = arrays[p]
-            if tuple(value.shape) != tuple(var.shape):
-                raise CheckpointError(
-                    f"checkpoint {path!r}: {p} has shape {value.shape}, the object has {var.shape}"
-                )
-            var.assign(value, read_value=False)
-            used.add(p)
-        for name, obj in graph.states.items():
-            prefix = f"{name}/state/"
-            state = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
-            if state:
+        restored: list[tuple[Any, dict[str, Any]]] = []
+        try:
+            match = match_values(path, arrays, collect(self._roots()), with_counter)
+            for obj, state in match.states:
+                previous = {k: np.array(v) for k, v in obj.checkpoint_state().items()}
                 obj.restore_state(state)
-                used.update(prefix + k for k in state)
-            else:
-                missing.append(prefix)
-        unused = sorted(set(arrays) - used)
-        status = CheckpointLoadStatus(path, sorted(missing), unused)
-        if missing or unused:
+                restored.append((obj, previous))
+        except Exception as exc:
+            error = exc
+        try:
+            agree(comm, error, f"restore checkpoint {path!r}")
+        except BaseException:
+            _roll_back(restored)
+            raise
+        for var, value in match.assignments:
+            var.assign(value, read_value=False)
+        status = CheckpointLoadStatus(path, match.missing, match.unused)
+        if match.missing or match.unused:
             get_logger().debug(
-                "partial restore from %s: missing %s, unused %s", path, missing, unused
+                "partial restore from %s: missing %s, unused %s", path, match.missing, match.unused
             )
         return status
 
@@ -232,6 +260,15 @@ class Checkpoint:
             primaries = [graph.variables[t] for t in targets if t in graph.variables]
             if primaries or any(k.startswith(f"{name}/") for k in arrays):
                 holder.build_checkpoint_slots(primaries)
+
+
+def _roll_back(restored: list[tuple[Any, dict[str, Any]]]) -> None:
+    """Give states restored before a failure their previous arrays back (where they allow it)."""
+    for obj, previous in reversed(restored):
+        try:
+            obj.restore_state(previous)
+        except Exception as exc:  # e.g. an iterator cannot rewind: say so, keep the first error
+            get_logger().warning("could not roll back %s after a failed restore: %s", obj, exc)
 
 
 def _host_copy(value: Any) -> np.ndarray:

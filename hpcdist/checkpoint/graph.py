@@ -11,6 +11,9 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
+from hpcdist.checkpoint.format import CheckpointMismatchError
 from hpcdist.core.trackable import (
     CheckpointVariable,
     SlotTrackable,
@@ -20,7 +23,7 @@ from hpcdist.core.trackable import (
 )
 from hpcdist.core.variables import variable_key
 
-__all__ = ["ObjectGraph", "collect", "describe_unsupported"]
+__all__ = ["Match", "ObjectGraph", "collect", "describe_unsupported", "match_values"]
 
 
 @dataclasses.dataclass
@@ -36,6 +39,78 @@ class ObjectGraph:
     variables: dict[str, CheckpointVariable] = dataclasses.field(default_factory=dict)
     states: dict[str, StateTrackable] = dataclasses.field(default_factory=dict)
     slot_holders: dict[str, SlotTrackable] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class Match:
+    """What a restore will do, once every value was found to fit.
+
+    Attributes:
+        assignments: ``(variable, value)`` pairs to assign.
+        states: ``(object, {key: array})`` pairs for `StateTrackable.restore_state`.
+        missing: Object paths without a value in the file.
+        unused: File values that no object takes.
+    """
+
+    assignments: list[tuple[CheckpointVariable, np.ndarray]]
+    states: list[tuple[StateTrackable, dict[str, np.ndarray]]]
+    missing: list[str]
+    unused: list[str]
+
+
+def match_values(
+    path: str, arrays: Mapping[str, np.ndarray], graph: ObjectGraph, with_counter: bool
+) -> Match:
+    """Pair every value of a checkpoint with its object, changing nothing.
+
+    Args:
+        path: The file, for messages.
+        arrays: What the file holds, by path.
+        graph: The objects, from `collect`.
+        with_counter: Whether ``save_counter`` is restored too.
+
+    Raises:
+        CheckpointMismatchError: A value's shape differs from its variable's, or a state's keys
+            differ from its object's; lists every mismatch, each with the path and both sides.
+    """
+    assignments: list[tuple[CheckpointVariable, np.ndarray]] = []
+    states: list[tuple[StateTrackable, dict[str, np.ndarray]]] = []
+    used: set[str] = set()
+    missing: list[str] = []
+    wrong: list[str] = []
+    for p, var in graph.variables.items():
+        if p == "save_counter" and not with_counter:
+            used.add(p)
+        elif p not in arrays:
+            missing.append(p)
+        elif tuple(arrays[p].shape) != tuple(var.shape):
+            wrong.append(
+                f"{p} has shape {tuple(arrays[p].shape)} in the file, the object has "
+                f"{tuple(var.shape)}"
+            )
+        else:
+            assignments.append((var, arrays[p]))
+            used.add(p)
+    for name, obj in graph.states.items():
+        prefix = f"{name}/state/"
+        state = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
+        if not state:
+            missing.append(prefix)
+            continue
+        expected = sorted(obj.checkpoint_state())
+        if sorted(state) != expected:
+            wrong.append(
+                f"{name} has state keys {sorted(state)} in the file, the object has {expected}"
+            )
+            continue
+        states.append((obj, state))
+        used.update(prefix + k for k in state)
+    if wrong:
+        raise CheckpointMismatchError(
+            f"checkpoint {path!r} does not fit the objects (nothing was restored): "
+            + "; ".join(wrong)
+        )
+    return Match(assignments, states, sorted(missing), sorted(set(arrays) - used))
 
 
 def describe_unsupported(path: str, obj: Any) -> str:

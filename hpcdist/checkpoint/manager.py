@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import os
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 from hpcdist.checkpoint.checkpoint import Checkpoint, CheckpointOptions
-from hpcdist.checkpoint.collective import checkpoint_communicator, is_checkpoint_chief
-from hpcdist.checkpoint.format import CheckpointError, atomic_write_text
+from hpcdist.checkpoint.collective import agree, checkpoint_communicator, is_checkpoint_chief
+from hpcdist.checkpoint.format import CheckpointCorruptError, atomic_write_text
 from hpcdist.log import get_logger
 
 __all__ = ["CheckpointManager"]
@@ -76,23 +77,36 @@ class CheckpointManager:
         return os.path.join(self.directory, STATE_FILE)
 
     def _load_state(self) -> None:
+        """Read the state file; a missing one means a new directory, a damaged one warns."""
         try:
             with open(self._state_path) as f:
                 state = json.load(f)
-        except (OSError, ValueError):
+            entries = [
+                (os.path.join(self.directory, e["file"]), float(e["time"]))
+                for e in state.get("checkpoints", [])
+            ]
+            last_preserved = float(state.get("last_preserved", time.time()))
+        except FileNotFoundError:
             return
-        entries = [
-            (os.path.join(self.directory, e["file"]), float(e["time"]))
-            for e in state.get("checkpoints", [])
-        ]
+        except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            warnings.warn(
+                f"checkpoint state file {self._state_path!r} is unreadable "
+                f"({type(exc).__name__}: {exc}); starting without its checkpoints (the files "
+                "in the directory are left alone)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return
         self._entries = [(p, t) for p, t in entries if os.path.exists(p)]
-        self._last_preserved = float(state.get("last_preserved", time.time()))
+        self._last_preserved = last_preserved
 
-    def _write_state(self) -> None:
+    def _write_state(self, swept: tuple[list[tuple[str, float]], float, list[str]]) -> None:
+        """Replace the state file with the entries of `_swept` (atomic)."""
+        entries, last_preserved, _ = swept
         state = {
-            "latest": os.path.basename(self._entries[-1][0]) if self._entries else None,
-            "checkpoints": [{"file": os.path.basename(p), "time": t} for p, t in self._entries],
-            "last_preserved": self._last_preserved,
+            "latest": os.path.basename(entries[-1][0]) if entries else None,
+            "checkpoints": [{"file": os.path.basename(p), "time": t} for p, t in entries],
+            "last_preserved": last_preserved,
         }
         atomic_write_text(self._state_path, json.dumps(state, indent=1) + "\n")
 
@@ -129,6 +143,10 @@ class CheckpointManager:
 
         Returns:
             The path, or None when the save was skipped.
+
+        Raises:
+            CheckpointWriteError: The checkpoint or the state file could not be written (on
+                every rank); the kept checkpoints and the state file are as before.
         """
         step = int(self.step_counter.numpy()) if self.step_counter is not None else None
         if self.checkpoint_interval is not None:
@@ -137,47 +155,63 @@ class CheckpointManager:
                 step == last or (check_interval and step < last + self.checkpoint_interval)
             ):
                 return None
-            self._last_saved_step = step
         ckpt = self._checkpoint
         ckpt.save_counter.assign_add(1, read_value=False)
         if checkpoint_number is None:
             checkpoint_number = step if step is not None else int(ckpt.save_counter.numpy())
         prefix = os.path.join(self.directory, f"{self.checkpoint_name}-{checkpoint_number}")
-        path = ckpt.write(prefix, options)
-        now = time.time()
-        self._entries = [(p, t) for p, t in self._entries if p != path] + [(path, now)]
+        path = ckpt.write(prefix, options)  # raises on every rank if the chief could not write
+        if self.checkpoint_interval is not None:
+            self._last_saved_step = step
+        kept = (list(self._entries), self._last_preserved)
+        self._entries = [(p, t) for p, t in self._entries if p != path] + [(path, time.time())]
         comm = checkpoint_communicator()
-        chief = is_checkpoint_chief(comm)
-        if chief:
+        error = None
+        if is_checkpoint_chief(comm):
             if options is not None and options.experimental_enable_async_checkpoint:
                 # After the file on the same writer thread: the state names complete files only.
                 ckpt._pending = ckpt._executor.submit(self._finish_after, ckpt._pending)
             else:
-                self._sweep()
-                self._write_state()
+                try:
+                    self._write_state(self._swept())
+                    self._sweep()
+                except Exception as exc:  # every rank must learn of it: agreed below
+                    error = exc
         else:
             self._sweep(delete=False)
-        if comm is not None:
-            comm.barrier()
+        try:
+            agree(comm, error, f"update the checkpoint state {self._state_path!r}")
+        except BaseException:
+            self._entries, self._last_preserved = kept
+            raise
         return path
 
     def _finish_after(self, write: Any) -> None:
         write.result()
+        self._write_state(self._swept())
         self._sweep()
-        self._write_state()
+
+    def _swept(self) -> tuple[list[tuple[str, float]], float, list[str]]:
+        """The retention rules, changing nothing: (kept entries, last preserved, to delete)."""
+        entries, last_preserved, leaving = list(self._entries), self._last_preserved, []
+        if self.max_to_keep is not None:
+            while len(entries) > self.max_to_keep:
+                path, stamp = entries.pop(0)
+                if self.keep_hours is not None and stamp - last_preserved >= self.keep_hours * 3600:
+                    last_preserved = stamp  # preserved: no longer managed, never deleted
+                else:
+                    leaving.append(path)
+        return entries, last_preserved, leaving
 
     def _sweep(self, delete: bool = True) -> None:
-        if self.max_to_keep is None:
-            return
-        while len(self._entries) > self.max_to_keep:
-            path, stamp = self._entries.pop(0)
-            if (
-                self.keep_hours is not None
-                and stamp - self._last_preserved >= self.keep_hours * 3600
-            ):
-                self._last_preserved = stamp
-                continue  # preserved: no longer managed, never deleted
-            if delete and os.path.exists(path):
+        """Apply the retention rules; with ``delete`` (the chief), remove the files that left.
+
+        The chief writes the state file first (`_write_state`), so a state file never names a
+        deleted checkpoint, and a failed state write deletes nothing.
+        """
+        self._entries, self._last_preserved, leaving = self._swept()
+        for path in leaving if delete else ():
+            if os.path.exists(path):
                 os.remove(path)
 
     # -- restoring ----------------------------------------------------------------------------
@@ -185,16 +219,22 @@ class CheckpointManager:
     def restore_or_initialize(self) -> str | None:
         """Restore the newest readable checkpoint, else call ``init_fn``.
 
-        A corrupt or truncated newest file is skipped with a warning and the next older one is
-        tried.
+        A damaged newest file (missing, truncated, corrupt) is skipped with a warning and the
+        next older one is tried. A readable checkpoint that does not fit the objects (a model
+        that changed) raises, as TF does: skipping it would let the next saves delete every
+        good checkpoint. A failed restore changes no object and no file.
 
         Returns:
             The path restored, or None after initialising.
+
+        Raises:
+            CheckpointMismatchError: The newest readable checkpoint does not fit (names the
+                variable and both shapes) or has a newer format version.
         """
         for path in reversed(self.checkpoints):
             try:
                 self._checkpoint.restore(path)
-            except CheckpointError as exc:
+            except CheckpointCorruptError as exc:
                 get_logger().warning("skipping unreadable checkpoint: %s", exc)
                 continue
             if self.step_counter is not None:

@@ -9,6 +9,12 @@ import pytest
 
 import hpcdist as hd
 from hpcdist.checkpoint import Checkpoint, CheckpointError, CheckpointManager, CheckpointOptions
+from hpcdist.checkpoint import format as format_module
+from hpcdist.checkpoint.format import (
+    CheckpointCorruptError,
+    CheckpointMismatchError,
+    CheckpointWriteError,
+)
 from tests import training_cases as cases
 
 
@@ -263,3 +269,96 @@ def test_sliced_values_are_written_piece_by_piece_and_checked(tmp_path):
         f["table"][5, 1] = -1.0
     with pytest.raises(CheckpointError, match="checksum"):
         read_arrays(path)
+
+
+def test_a_restore_that_does_not_fit_changes_nothing(tmp_path):
+    v = hd.get_strategy().Variable
+    path = Checkpoint(a=v(np.ones(2)), b=v(np.ones(4)), it=Position(5)).write(str(tmp_path / "x"))
+    a, b, it = v(np.zeros(2)), v(np.zeros(3)), Position(0)
+    ckpt = Checkpoint(a=a, b=b, it=it)
+    with pytest.raises(CheckpointMismatchError, match=r"b has shape \(4,\) in the file.* \(3,\)"):
+        ckpt.restore(path)
+    # Verified first, assigned after: `a` (which fits and comes first) and the state are as before.
+    assert (a.numpy() == 0).all() and it.steps == 0 and int(ckpt.save_counter.numpy()) == 0
+    with pytest.raises(CheckpointMismatchError, match=r"it has state keys \['steps'\] in the file"):
+        Checkpoint(it=Other(0)).read(path)
+
+
+class Position:
+    """A state object (like a distributed iterator's position)."""
+
+    def __init__(self, steps):
+        self.steps = steps
+
+    def checkpoint_state(self):
+        return {"steps": np.int64(self.steps)}
+
+    def restore_state(self, state):
+        self.steps = int(state["steps"])
+
+
+class Other(Position):
+    """Saves other keys than `Position`: a changed structure."""
+
+    def checkpoint_state(self):
+        return {"epoch": np.int64(0)}
+
+
+def test_a_future_format_version_is_rejected(tmp_path):
+    v = hd.get_strategy().Variable(np.ones(2))
+    path = Checkpoint(v=v).write(str(tmp_path / "future"))
+    with h5py.File(path, "r+") as f:
+        f.attrs["version"] = 99
+    with pytest.raises(
+        CheckpointMismatchError, match=r"future\.h5' has format version 99.*up to 1"
+    ):
+        Checkpoint(v=v).read(path)
+    # Not "damaged": the manager raises rather than skipping it for an older checkpoint.
+    assert not issubclass(CheckpointMismatchError, CheckpointCorruptError)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_checkpoint_files_follow_the_umask(tmp_path, umask):
+    v = hd.get_strategy().Variable(np.ones(2))
+    old = os.umask(umask)
+    try:
+        manager = CheckpointManager(Checkpoint(v=v), str(tmp_path), max_to_keep=1)
+        path = manager.save()
+    finally:
+        os.umask(old)
+    for name in (path, str(tmp_path / "checkpoint")):
+        assert os.stat(name).st_mode & 0o777 == 0o666 & ~umask, name
+
+
+def test_a_corrupt_state_file_warns_naming_it(tmp_path):
+    v = hd.get_strategy().Variable(np.ones(2))
+    (tmp_path / "checkpoint").write_text('{"checkpoints": [{"file": "ckpt-1.h5"')  # torn JSON
+    with pytest.warns(RuntimeWarning, match=r"state file '.*/checkpoint' is unreadable"):
+        manager = CheckpointManager(Checkpoint(v=v), str(tmp_path), max_to_keep=1)
+    assert manager.checkpoints == []
+    (tmp_path / "checkpoint").write_text("[1, 2]")  # JSON, but not the manager's
+    with pytest.warns(RuntimeWarning, match="AttributeError"):
+        CheckpointManager(Checkpoint(v=v), str(tmp_path), max_to_keep=1)
+
+
+def test_a_failed_state_update_deletes_no_checkpoint(tmp_path):
+    v = hd.get_strategy().Variable(np.ones(2))
+    manager = CheckpointManager(Checkpoint(v=v), str(tmp_path), max_to_keep=1)
+    first = manager.save()
+    os.remove(tmp_path / "checkpoint")
+    os.mkdir(tmp_path / "checkpoint")  # the state file cannot be replaced now
+    with pytest.raises(CheckpointWriteError, match=r"cannot write '.*/checkpoint'.*errno 21"):
+        manager.save()
+    assert os.path.exists(first) and manager.checkpoints == [first]
+
+
+def test_h5py_write_failures_become_errors_naming_file_and_errno(tmp_path):
+    # h5py reports some failed writes as RuntimeError, with the errno only in its text.
+    h5py_error = RuntimeError(
+        "Can't decrement id ref count (file write failed: time = ..., filename = 'x', "
+        "file descriptor = 3, errno = 28, error message = 'No space left on device')"
+    )
+    error = format_module._write_error("/c/ckpt-3.h5", h5py_error)
+    assert isinstance(error, OSError) and isinstance(error, CheckpointError)
+    assert error.errno == 28 and error.filename == "/c/ckpt-3.h5"
+    assert "'/c/ckpt-3.h5': No space left on device (errno 28)" in str(error)
