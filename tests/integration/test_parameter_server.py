@@ -103,3 +103,25 @@ def test_layout_from_tf_config():
     )
     assert result.returncode == 0, result.stderr
     assert "coordinator ready: 1 ps, 2 workers" in result.stdout
+
+
+def test_function_cache_is_bounded():
+    """300 distinct closures of 256 KiB (75 MiB), each dropped once scheduled: memory stays flat.
+
+    A cache keeping every function and its pickle for the job's life grew the coordinator by
+    about twice that and each worker by its share.
+    """
+    result = subprocess.run(
+        [sys.executable, "benchmarks/ps_function_cache.py", "--closures", "300", "--kib", "256"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=clean_env(),
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    measured = json.loads(result.stdout)
+    assert measured["coordinator_rss_growth_mib"] < 20, measured
+    assert len(measured["worker_rss_growth_mib"]) == 2, measured
+    for rank, growth in measured["worker_rss_growth_mib"].items():
+        assert growth < 20, f"worker rank {rank} grew by {growth} MiB: {measured}"

@@ -7,6 +7,7 @@ test, as the coordinator, sends it commands and reads its replies on the same co
 from __future__ import annotations
 
 import ast
+import gc
 import pickle
 import sys
 import threading
@@ -19,6 +20,8 @@ from mpi4py import MPI
 
 import hpcdist as hd
 from hpcdist.errors import ClusterConfigError
+from hpcdist.strategies.ps import functions
+from hpcdist.strategies.ps.functions import FunctionCache, WorkerFunctions
 from hpcdist.strategies.ps.runtime import (
     TAG_RESULT,
     _Roles,
@@ -107,6 +110,105 @@ def test_scheduled_function_exit_is_reported_not_obeyed():
     assert "sys.exit(3)" in str(error) and "worker 0" in str(error)
 
 
+def test_worker_forgets_functions_and_refuses_a_key_it_does_not_hold():
+    rt = _self_runtime()
+    server = threading.Thread(target=serve, args=(rt,), name="ps-serve", daemon=True)
+    server.start()
+    args = cloudpickle.dumps((("first",), {}))
+    try:
+        # Runs, then forgets key 0 as told: the next run of key 0 without its pickle fails.
+        rt.send_command(0, ("run", 0, cloudpickle.dumps(str.upper), args, (0,)))
+        first = _reply(rt)
+        rt.send_command(0, ("run", 0, None, args, ()))
+        second = _reply(rt)
+        held = len(rt.functions)
+    finally:
+        rt.send_command(0, ("stop",))
+        server.join(timeout=30)
+    assert first[:2] == ("ok", "FIRST")
+    assert second[0] == "error"
+    assert "function #0 without its pickle" in str(second[1])
+    assert "worker 0 (rank 0)" in str(second[1])
+    assert held == 0
+
+
+def _constant(value: object):
+    """A new function object returning ``value``."""
+    return lambda: value
+
+
+class _Unweakrefable:
+    __slots__ = ("value",)
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __call__(self) -> int:
+        return self.value
+
+
+def test_function_cache_drops_a_function_once_it_is_gone():
+    cache = FunctionCache()
+    fn = _constant(1)
+    entry = cache.entry(fn)
+    assert cache.entry(fn) is entry  # pickled once while it lives
+    assert cloudpickle.loads(entry.blob)() == 1
+    del fn
+    gc.collect()
+    assert not entry.alive
+    assert cache.drain_dead() == [entry.key]
+    assert len(cache) == 0
+    # A new function (maybe at the same address) never gets the old key.
+    other = cache.entry(_constant(2))
+    assert other.key != entry.key
+    assert cache.drain_dead() == [other.key]  # that one died at once too
+
+
+def test_function_cache_bounds_callables_without_weak_references(monkeypatch):
+    monkeypatch.setattr(functions, "STRONG_FUNCTIONS", 2)
+    cache = FunctionCache()
+    kept = [_Unweakrefable(i) for i in range(3)]
+    entries = [cache.entry(f) for f in kept]
+    assert not entries[0].alive and entries[1].alive and entries[2].alive
+    assert cache.drain_dead() == [entries[0].key]
+    again = cache.entry(kept[0])  # pickled again, under a new key
+    assert again.key not in {e.key for e in entries}
+    assert cloudpickle.loads(again.blob)() == 0
+
+
+def test_worker_record_sends_each_pickle_once_and_evicts_least_recently_used(monkeypatch):
+    monkeypatch.setattr(functions, "WORKER_CACHE_FUNCTIONS", 2)
+    cache = FunctionCache()
+    fns = [_constant(k) for k in range(3)]
+    a, b, c = (cache.entry(f) for f in fns)
+    held = WorkerFunctions()
+    assert held.message(a) == (a.blob, ())
+    assert held.message(a) == (None, ())
+    assert held.message(b) == (b.blob, ())
+    assert held.message(a) == (None, ())  # a is now the most recently used
+    assert held.message(c) == (c.blob, (b.key,))  # b evicted: the worker forgets it
+    assert held.message(b) == (b.blob, (a.key,))  # b re-sent with its pickle
+    assert b.key in held and c.key in held and a.key not in held
+    del fns
+    gc.collect()
+    for key in cache.drain_dead():
+        held.drop(key)
+    assert len(held) == 0
+    blob, forget = held.message(a)  # a is gone: sent once more, forgotten after its run
+    assert blob == a.blob and sorted(forget) == sorted((a.key, b.key, c.key))
+
+
+def test_worker_record_bounds_pickled_bytes(monkeypatch):
+    monkeypatch.setattr(functions, "WORKER_CACHE_BYTES", 150_000)
+    cache = FunctionCache()
+    fns = [_constant(bytes(100_000)) for _ in range(3)]
+    entries = [cache.entry(f) for f in fns]
+    held = WorkerFunctions()
+    forgotten = [held.message(e)[1] for e in entries]
+    assert forgotten == [(), (entries[0].key,), (entries[1].key,)]
+    assert len(held) == 1
+
+
 def test_no_runtime_means_not_a_coordinator():
     assert coordinator_only() is False
 
@@ -148,7 +250,17 @@ def test_roles_from_tasks_rejects(tasks, message):
 
 
 PACKAGE = Path(hd.__file__).parent / "strategies" / "ps"
-STACK = ["runtime", "store", "partitioners", "variables", "strategy", "coordinator"]
+STACK = [
+    "runtime",
+    "store",
+    "partitioners",
+    "variables",
+    "strategy",
+    "functions",
+    "liveness",
+    "remote_values",
+    "coordinator",
+]
 
 
 @pytest.mark.parametrize("module", STACK)

@@ -11,12 +11,16 @@ Error contract (TF's): the first error of a scheduled function (other than
 once, by the next `schedule`, `join` or `done`; at that point functions still queued are
 cancelled (their `RemoteValue` raises `CancelledError`), functions already running finish, and
 the error is cleared.
+
+Liveness (`hpcdist.strategies.ps.liveness`): a function running longer than
+``HPCDIST_STALL_WARNING_SECONDS`` is named in a warning; past ``HPCDIST_TIMEOUT_SECONDS`` it fails
+with `DeadlineExceededError` (an error like any other under the contract above) and its worker
+is not used again.
 """
 
 from __future__ import annotations
 
 import collections
-import enum
 import functools
 import inspect
 import itertools
@@ -31,6 +35,15 @@ import cloudpickle
 from hpcdist.core.variables import Variable
 from hpcdist.data.nest import flatten, map_structure
 from hpcdist.errors import CancelledError, WorkerPreemptedError
+from hpcdist.settings import get_settings
+from hpcdist.strategies.ps.functions import FunctionCache, FunctionEntry, WorkerFunctions
+from hpcdist.strategies.ps.liveness import Liveness, Running
+from hpcdist.strategies.ps.remote_values import (
+    PerWorkerIterator,
+    PerWorkerValues,
+    RemoteValue,
+    RemoteValueStatus,
+)
 from hpcdist.strategies.ps.runtime import creating_dataset, runtime
 from hpcdist.strategies.ps.strategy import ParameterServerStrategy
 
@@ -42,102 +55,6 @@ __all__ = [
     "RemoteValue",
     "RemoteValueStatus",
 ]
-
-
-class RemoteValueStatus(enum.Enum):
-    """State of a `RemoteValue`."""
-
-    NOT_READY = "NOT_READY"
-    ABORTED = "ABORTED"
-    READY = "READY"
-
-
-class RemoteValue:
-    """The future result of a scheduled function."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-        self._value: Any = None
-        self._error: BaseException | None = None
-        self._status = RemoteValueStatus.NOT_READY
-
-    @property
-    def status(self) -> RemoteValueStatus:
-        """NOT_READY, READY, or ABORTED (the function failed or was cancelled)."""
-        return self._status
-
-    def _set(self, value: Any) -> None:
-        self._value, self._status = value, RemoteValueStatus.READY
-        self._event.set()
-
-    def _fail(self, error: BaseException) -> None:
-        self._error, self._status = error, RemoteValueStatus.ABORTED
-        self._event.set()
-
-    def fetch(self) -> Any:
-        """Wait for the result and return it (numpy values).
-
-        Raises:
-            The function's error, or `CancelledError` if it never ran.
-        """
-        self._event.wait()
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-    def get(self) -> Any:
-        """Same as `fetch`: the value on the coordinator."""
-        return self.fetch()
-
-    def __reduce__(self) -> Any:
-        raise TypeError(
-            "a RemoteValue cannot be passed to a scheduled function: call .fetch() on the "
-            "coordinator and pass the value"
-        )
-
-    def __repr__(self) -> str:
-        return f"<RemoteValue {self._status.value}>"
-
-
-class PerWorkerValues:
-    """One value per worker (e.g. each worker's dataset iterator).
-
-    Passed to a scheduled function, it becomes the value of the worker that runs the function.
-
-    Args:
-        resource: Key under which each worker keeps its value.
-        values: The `RemoteValue` of each worker's creation.
-    """
-
-    def __init__(self, resource: int, values: tuple[RemoteValue, ...]) -> None:
-        self._resource = resource
-        self._values = tuple(values)
-
-    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        return _local_resource, (self._resource,)
-
-    def __repr__(self) -> str:
-        return f"<PerWorkerValues resource={self._resource} workers={len(self._values)}>"
-
-
-class PerWorkerIterator(PerWorkerValues):
-    """Each worker's iterator over its dataset.
-
-    Pass it to scheduled functions, which call ``next()`` on it on their worker.
-    """
-
-    def __iter__(self) -> PerWorkerIterator:
-        return self
-
-    def __next__(self) -> Any:
-        raise TypeError(
-            "next() on a per-worker iterator runs inside a scheduled function: pass the "
-            "iterator as an argument of coordinator.schedule"
-        )
-
-
-def _local_resource(resource: int) -> Any:
-    return runtime().resources[resource]
 
 
 def _store_resource(resource: int, build: Callable[[], Any], dataset_fn: bool) -> None:
@@ -180,12 +97,13 @@ class PerWorkerDataset:
 
 
 class _Closure:
-    __slots__ = ("args", "avoid", "key", "remote_value", "worker")
+    __slots__ = ("args", "avoid", "function", "remote_value", "running", "worker")
 
-    def __init__(self, key: int, args: bytes, worker: int | None) -> None:
-        self.key, self.args, self.worker = key, args, worker
+    def __init__(self, function: FunctionEntry, args: bytes, worker: int | None) -> None:
+        self.function, self.args, self.worker = function, args, worker
         self.remote_value = RemoteValue()
         self.avoid: int | None = None
+        self.running: Running | None = None
 
 
 class ClusterCoordinator:
@@ -229,26 +147,16 @@ class ClusterCoordinator:
         self._inflight: dict[int, _Closure] = {}
         self._error: BaseException | None = None
         self._stopping = False
-        self._functions: dict[int, tuple[int, Any]] = {}  # id(fn) -> (key, fn), fn kept alive
-        self._blobs: dict[int, bytes] = {}  # key -> pickled function
-        self._sent: dict[int, set[int]] = {w: set() for w in self._workers}
-        self._keys = itertools.count()
+        self._functions = FunctionCache()
+        self._held = {w: WorkerFunctions() for w in self._workers}
+        settings = get_settings()
+        self._liveness = Liveness(
+            self._workers, settings.timeout_seconds, settings.stall_warning_seconds
+        )
         self._resources = itertools.count()
         self._thread: threading.Thread | None = None
 
     # -- scheduling ----------------------------------------------------------------------------
-
-    def _function_key(self, fn: Callable[..., Any]) -> int:
-        entry = self._functions.get(id(fn))
-        if entry is None:
-            try:
-                blob = cloudpickle.dumps(fn)
-            except Exception as exc:
-                raise TypeError(f"cannot send function {fn!r} to the workers: {exc}") from exc
-            entry = (next(self._keys), fn)  # keep fn alive: its id stays unique
-            self._functions[id(fn)] = entry
-            self._blobs[entry[0]] = blob
-        return entry[0]
 
     def _closure(self, fn: Callable[..., Any], args: Any, kwargs: Any, worker: int | None):
         if not callable(fn):
@@ -261,12 +169,12 @@ class ClusterCoordinator:
                     "a RemoteValue cannot be passed to a scheduled function: call .fetch() on "
                     "the coordinator and pass the value"
                 )
-        key = self._function_key(fn)
+        function = self._functions.entry(fn)
         try:
             blob = cloudpickle.dumps((args, kwargs))
         except Exception as exc:
             raise TypeError(f"cannot send the arguments of {fn!r} to the workers: {exc}") from exc
-        return _Closure(key, blob, worker)
+        return _Closure(function, blob, worker)
 
     def schedule(
         self, fn: Callable[..., Any], args: Any = None, kwargs: dict[str, Any] | None = None
@@ -276,8 +184,11 @@ class ClusterCoordinator:
         Raises:
             The pending error of an earlier function (once; queued functions are cancelled).
             TypeError: ``fn`` or its arguments cannot be sent (e.g. a `RemoteValue` argument).
+            UnavailableError: Every worker was lost to a deadline.
         """
         self._raise_if_error()
+        if not self._liveness.live():
+            raise self._liveness.unavailable(f"cannot schedule {fn!r}")
         closure = self._closure(fn, args, kwargs, None)
         with self._cond:
             self._queue.append(closure)
@@ -333,17 +244,20 @@ class ClusterCoordinator:
 
     def _create_per_worker_resources(self, build: Any, dataset_fn: bool) -> PerWorkerValues:
         self._raise_if_error()
+        workers = self._liveness.live()  # a lost worker gets no function: it needs none
+        if not workers:
+            raise self._liveness.unavailable("cannot create per-worker resources")
         resource = next(self._resources)
         fn = functools.partial(_store_resource, resource, build, dataset_fn)
-        closures = [self._closure(fn, (), {}, w) for w in self._workers]
+        closures = [self._closure(fn, (), {}, w) for w in workers]
+        del fn  # its pickle travels with the closures; the workers forget it after running
         with self._cond:
-            for w, c in zip(self._workers, closures, strict=True):
+            for w, c in zip(workers, closures, strict=True):
                 self._targeted[w].append(c)
             self._cond.notify_all()
         self._start()
         for c in closures:
             c.remote_value._event.wait()
-        self._blobs.pop(self._functions.pop(id(fn))[0], None)
         for c in closures:
             c.remote_value.fetch()  # the first worker's error, if any
         return PerWorkerValues(resource, tuple(c.remote_value for c in closures))
@@ -378,13 +292,27 @@ class ClusterCoordinator:
             self._thread.start()
 
     def _stop(self) -> None:
-        """Cancel queued functions, let running ones finish, stop the dispatcher."""
+        """Cancel queued functions, let running ones finish, stop the dispatcher.
+
+        A worker lost to a deadline must have returned for the job to end collectively: it
+        is given the deadline once more, then the job is aborted with a message naming it.
+        """
         with self._cond:
             self._cancel_queued()
             self._stopping = True
             self._cond.notify_all()
         if self._thread is not None:
             self._thread.join()
+        stuck = self._liveness.wait_for_stuck(self._rt.poll_result)
+        if stuck:
+            who = "; ".join(
+                f"{self._liveness.who(r)} is still in {self._liveness.lost[r]}" for r in stuck
+            )
+            self._rt.abort_job(
+                f"the program ended but {who}, past the deadline of "
+                f"{self._liveness.timeout:g} s plus {self._liveness.timeout:g} s of grace: "
+                "ending the job needs every rank, so it is aborted instead of hanging"
+            )
 
     def _next_for(self, worker: int) -> _Closure | None:
         if self._targeted[worker]:
@@ -392,18 +320,22 @@ class ClusterCoordinator:
         if self._error is not None or self._stopping:
             return None
         for i, closure in enumerate(self._queue):
-            if closure.avoid != worker or len(self._workers) == 1:
+            if closure.avoid != worker or len(self._liveness.live()) == 1:
                 del self._queue[i]
                 return closure
         return None
 
     def _send(self, worker: int, closure: _Closure) -> None:
-        sent = self._sent[worker]
-        blob = None if closure.key in sent else self._blobs[closure.key]
-        sent.add(closure.key)
-        self._rt.send_command(worker, ("run", closure.key, blob, closure.args))
+        blob, forget = self._held[worker].message(closure.function)
+        key = closure.function.key
+        self._rt.send_command(worker, ("run", key, blob, closure.args, forget))
 
     def _receive(self, worker: int, reply: bytes) -> None:
+        with self._cond:
+            if worker in self._liveness.lost:  # its function failed at the deadline already
+                self._liveness.returned(worker)
+                self._rt.lost.pop(worker, None)
+                return
         kind, payload, remote_tb = pickle.loads(reply)
         with self._cond:
             closure = self._inflight.pop(worker)
@@ -416,13 +348,37 @@ class ClusterCoordinator:
                 else:
                     self._targeted[worker].appendleft(closure)
             else:
-                index = self._workers.index(worker)
                 if remote_tb:
-                    payload.add_note(f"raised on worker {index} (rank {worker}):\n{remote_tb}")
-                closure.remote_value._fail(payload)
-                if closure.worker is None and self._error is None:
-                    self._error = payload
+                    who = self._liveness.who(worker)
+                    payload.add_note(f"raised on {who}:\n{remote_tb}")
+                self._fail(closure, payload)
             self._cond.notify_all()
+
+    def _fail(self, closure: _Closure, error: BaseException) -> None:
+        """Fail one closure; the first failure of a scheduled one is raised by join (with lock)."""
+        closure.remote_value._fail(error)
+        if closure.worker is None and self._error is None:
+            self._error = error
+
+    def _check_running(self) -> None:
+        """Warn about stalled functions; fail those past the deadline, drop their workers."""
+        running = {w: c.running for w, c in self._inflight.items() if c.running is not None}
+        for worker, error in self._liveness.overdue(running):
+            self._rt.lost[worker] = self._liveness.lost[worker]
+            self._fail(self._inflight.pop(worker), error)
+            while self._targeted[worker]:
+                self._targeted[worker].popleft().remote_value._fail(error)
+            if not self._liveness.live():
+                while self._queue:
+                    self._queue.popleft().remote_value._fail(
+                        self._liveness.unavailable("cannot run a queued function")
+                    )
+            self._cond.notify_all()
+
+    def _forget_dead_functions(self) -> None:
+        for key in self._functions.drain_dead():
+            for held in self._held.values():
+                held.drop(key)
 
     def _dispatch(self) -> None:
         idle = 0
@@ -431,14 +387,18 @@ class ClusterCoordinator:
             while (result := self._rt.poll_result()) is not None:
                 self._receive(*result)
                 got = True
+            self._forget_dead_functions()
             with self._cond:
+                self._check_running()
                 if self._stopping and not self._inflight and not any(self._targeted.values()):
                     return
                 sends = []
-                for worker in self._workers:
+                for worker in self._liveness.live():
                     if worker not in self._inflight:
                         closure = self._next_for(worker)
                         if closure is not None:
+                            name = closure.function.name
+                            closure.running = Running(name)
                             self._inflight[worker] = closure
                             sends.append((worker, closure))
                 if not sends and not got and not self._inflight:

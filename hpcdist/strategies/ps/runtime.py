@@ -8,8 +8,10 @@ caches a worker keeps between scheduled functions.
 The coordinator talks to the other ranks with two message tags on the control communicator:
 
 * ``TAG_COMMAND`` (coordinator to ps/worker): ``("segment", sizes)`` creates an RMA segment
-  (collective over the job), ``("run", key, function_blob, args_blob)`` runs a scheduled
-  function on a worker, ``("stop",)`` ends the job;
+  (collective over the job), ``("run", key, function_blob, args_blob, forget)`` runs a
+  scheduled function on a worker (``function_blob`` is None when the worker holds ``key``; it
+  drops the functions of the keys in ``forget`` afterwards, see
+  `hpcdist.strategies.ps.functions`), ``("stop",)`` ends the job;
 * ``TAG_RESULT`` (worker to coordinator): the pickled ``("ok", value, None)`` or
   ``("error", exception, traceback_text)`` of each ``run``.
 
@@ -22,6 +24,7 @@ import contextlib
 import itertools
 import pickle
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -31,10 +34,11 @@ from typing import Any, Protocol
 import cloudpickle
 from mpi4py import MPI
 
+from hpcdist.abort import ABORT_EXIT_CODE
 from hpcdist.core.autodiff import Tensor
 from hpcdist.core.variables import Variable
 from hpcdist.data.nest import map_structure
-from hpcdist.errors import ClusterConfigError, OutOfRangeError
+from hpcdist.errors import ClusterConfigError, OutOfRangeError, UnavailableError
 from hpcdist.strategies.values import DistributedValues
 
 __all__ = [
@@ -228,12 +232,13 @@ class _Runtime:
         self.allocator = allocator
         self.send_lock = threading.Lock()
         self.variables: dict[int, Any] = {}  # uid -> variable (workers: rebuilt ones)
-        self.functions: dict[int, Any] = {}  # workers: function key -> function
+        self.functions: dict[int, Any] = {}  # workers: function key -> function (bounded)
         self.resources: dict[int, Any] = {}  # workers: per-worker datasets and iterators
         self._uids = itertools.count()
         self._next_ps = 0
         self._shutdown_hooks: list[Callable[[], None]] = []
         self.cluster_coordinator: Any = None  # coordinator: its ClusterCoordinator, once made
+        self.lost: dict[int, str] = {}  # coordinator: stuck worker rank -> its function's name
         self._status = MPI.Status()
         self.closed = False
 
@@ -269,6 +274,13 @@ class _Runtime:
         ps = self._next_ps
         self._next_ps = (ps + 1) % len(self.roles.ps)
         placed = self.allocator.place(ps, nbytes)
+        if placed is None and self.lost:
+            stuck = ", ".join(f"rank {r} in {name}" for r, name in self.lost.items())
+            raise UnavailableError(
+                f"a new variable of {nbytes} bytes needs a new RMA segment, which every rank "
+                f"creates together, but worker(s) {stuck} are stuck past their deadline; "
+                "create variables before scheduling functions"
+            )
         if placed is None:
             sizes = self.allocator.new_segment_sizes(ps, nbytes)
             self.command(("segment", sizes))
@@ -277,6 +289,14 @@ class _Runtime:
             placed = self.allocator.place(ps, nbytes)
             assert placed is not None
         return placed[0], ps, placed[1]
+
+    def abort_job(self, message: str) -> None:
+        """Coordinator: print ``message`` and abort every rank (``MPI_Abort``); no return."""
+        sys.stderr.write(f"hpcdist: rank {self.rank}: {message}; aborting all ranks\n")
+        sys.stderr.flush()
+        sys.stdout.flush()
+        time.sleep(0.5)  # let the launcher forward the message before every process is killed
+        MPI.COMM_WORLD.Abort(ABORT_EXIT_CODE)
 
     def add_shutdown_hook(self, hook: Callable[[], None]) -> None:
         """Call ``hook()`` first in `shutdown` (e.g. to finish scheduled work)."""
@@ -300,12 +320,29 @@ class _Runtime:
 
     # -- workers ------------------------------------------------------------------------------
 
-    def run(self, key: int, blob: bytes | None, args_blob: bytes) -> None:
-        """Run one scheduled function and send back ``("ok", value)`` or ``("error", exc)``."""
+    def run(
+        self, key: int, blob: bytes | None, args_blob: bytes, forget: tuple[int, ...] = ()
+    ) -> None:
+        """Run one scheduled function and send back ``("ok", value)`` or ``("error", exc)``.
+
+        Args:
+            key: The function's key (never given to another function).
+            blob: The pickled function, or None when this worker holds ``key`` already.
+            args_blob: The pickled ``(args, kwargs)``.
+            forget: Keys whose functions this worker drops after the run (the coordinator
+                sends them again when needed).
+        """
         try:
             if blob is not None:
                 self.functions[key] = cloudpickle.loads(blob)
-            fn = self.functions[key]
+            fn = self.functions.get(key)
+            if fn is None:
+                raise RuntimeError(
+                    f"worker {self.roles.workers.index(self.rank)} (rank {self.rank}) was asked "
+                    f"to run function #{key} without its pickle, and holds no function under "
+                    f"that key (it holds {len(self.functions)}): the coordinator's record of "
+                    "this worker's functions is wrong"
+                )
             args, kwargs = pickle.loads(args_blob)
             with self.strategy.scope():
                 try:
@@ -323,6 +360,8 @@ class _Runtime:
             reply = cloudpickle.dumps(("ok", _to_host(value), None))
         except Exception as exc:  # sent to the coordinator, raised there
             reply = cloudpickle.dumps(("error", _portable(exc), traceback.format_exc()))
+        for old in forget:
+            self.functions.pop(old, None)
         self.ctrl.send(reply, dest=self.roles.coordinator, tag=TAG_RESULT)
 
 

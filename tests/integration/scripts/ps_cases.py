@@ -18,6 +18,7 @@ import numpy as np
 
 import hpcdist as hd
 from hpcdist.errors import CancelledError, OutOfRangeError, WorkerPreemptedError
+from hpcdist.strategies.ps import functions
 
 
 class SettablePartitioner:
@@ -544,6 +545,27 @@ def case_checkpoint_restores_into_other_shard_count():
     hd.Checkpoint(table=one, scalar=other_scalar).restore(path)
     check(np.array_equal(one.numpy(), value))
     (OUT / "ps_checkpoint_path").write_text(path)
+
+
+def constant(value):
+    """A new function object returning ``value``."""
+    return lambda: value
+
+
+def case_function_cache_evicts_and_resends():
+    """Workers keep 2 functions: 3 live ones in turn are re-sent; dead ones never run stale."""
+    saved = functions.WORKER_CACHE_FUNCTIONS
+    functions.WORKER_CACHE_FUNCTIONS = 2
+    try:
+        makers = [constant(k) for k in range(3)]  # three live functions
+        values = [(k, coordinator.schedule(makers[k])) for _ in range(10) for k in range(3)]
+        # Fresh lambdas, dropped at once: their ids are reused, their keys never are.
+        values += [(i, coordinator.schedule(constant(i))) for i in range(100, 160)]
+        coordinator.join()
+        for expected, value in values:
+            check(value.fetch() == expected, f"expected {expected}, got {value.fetch()}")
+    finally:
+        functions.WORKER_CACHE_FUNCTIONS = saved
 
 
 def main():
