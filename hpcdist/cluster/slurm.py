@@ -38,13 +38,29 @@ def slurm_var(*names: str, required: bool = True) -> str | None:
     return None
 
 
-def _int_var(*names: str) -> int:
-    text = slurm_var(*names)
-    assert text is not None
+def _parse_int(name: str, text: str) -> int:
     try:
-        return int(text)
+        return int(text.strip())
     except ValueError:
-        raise ClusterConfigError(f"{names[0]}={text!r} is not an integer") from None
+        raise ClusterConfigError(f"{name}={text!r} is not an integer") from None
+
+
+def _int_var(*names: str) -> int:
+    text = slurm_var(*names)  # raises, naming the variables, when none is set
+    name = next(n for n in names if os.environ.get(n) is not None)
+    return _parse_int(name, str(text))
+
+
+def _optional_int_var(name: str) -> int | None:
+    text = os.environ.get(name)
+    return None if text is None or not text.strip() else _parse_int(name, text)
+
+
+def _world_source() -> str:
+    for name in ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"):
+        if os.environ.get(name) is not None:
+            return f"{name}={os.environ[name]!r}"
+    return "the step's task count"
 
 
 class SlurmClusterResolver(ClusterResolver):
@@ -100,16 +116,13 @@ class SlurmClusterResolver(ClusterResolver):
         for node, count in enumerate(self._tasks_per_node):
             self._node_of.extend([node] * count)
             self._local_of.extend(range(count))
-        local_id = os.environ.get("SLURM_LOCALID")
-        node_id = os.environ.get("SLURM_NODEID")
-        self._local_rank = int(local_id) if local_id is not None else self._local_of[self._rank]
-        self._node_rank = int(node_id) if node_id is not None else self._node_of[self._rank]
+        self._node_rank, self._local_rank = self._resolve_node_and_local_id()
 
         self._gpus_per_node = self._resolve_gpus_per_node(gpus_per_node)
         max_tasks = max(self._tasks_per_node)
         if gpus_per_task is None:
-            env_gpt = os.environ.get("SLURM_GPUS_PER_TASK")
-            gpus_per_task = int(env_gpt) if env_gpt else self._gpus_per_node // max_tasks
+            env_gpt = _optional_int_var("SLURM_GPUS_PER_TASK")
+            gpus_per_task = env_gpt if env_gpt is not None else self._gpus_per_node // max_tasks
         if gpus_per_task < 0 or max_tasks * gpus_per_task > self._gpus_per_node:
             raise ClusterConfigError(
                 f"requested {gpus_per_task} GPU(s) per task for up to {max_tasks} tasks per node, "
@@ -120,9 +133,37 @@ class SlurmClusterResolver(ClusterResolver):
         if auto_set_gpu and self._gpus_per_task > 0 and self.task_gpus is not None:
             os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(self.task_gpus)
 
+    def _resolve_node_and_local_id(self) -> tuple[int, int]:
+        """``SLURM_NODEID`` and ``SLURM_LOCALID``, else the block layout's; both in range."""
+        node = _optional_int_var("SLURM_NODEID")
+        if node is None:
+            node = self._node_of[self._rank]
+        elif not 0 <= node < len(self._tasks_per_node):
+            raise ClusterConfigError(
+                f"SLURM_NODEID={os.environ['SLURM_NODEID']!r} is outside the step's "
+                f"{len(self._tasks_per_node)} node(s) {self._hosts}"
+            )
+        local = _optional_int_var("SLURM_LOCALID")
+        on_node = self._tasks_per_node[node]
+        if local is None:
+            local = self._local_of[self._rank]
+        elif not 0 <= local < on_node:
+            raise ClusterConfigError(
+                f"SLURM_LOCALID={os.environ['SLURM_LOCALID']!r} is outside the "
+                f"{on_node} task{'s' if on_node != 1 else ''} on node {node} "
+                f"({self._hosts[node]!r}); tasks per node {self._tasks_per_node}"
+            )
+        return node, local
+
     def _resolve_tasks_per_node(self, tasks_per_node: int | Sequence[int] | None) -> list[int]:
+        """Tasks on each node; they must add up to the step's tasks exactly."""
+        source = f"tasks_per_node={tasks_per_node!r}"
         if tasks_per_node is None:
-            text = slurm_var("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", required=False)
+            names = ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
+            text = slurm_var(*names, required=False)
+            if text is not None:
+                name = next(n for n in names if os.environ.get(n) is not None)
+                source = f"{name}={text!r}"
             if text is None:
                 if self._world % len(self._hosts):
                     raise RuntimeError(
@@ -133,36 +174,38 @@ class SlurmClusterResolver(ClusterResolver):
                 counts = [self._world // len(self._hosts)] * len(self._hosts)
             else:
                 counts = expand_tasks_per_node(text)
-        elif isinstance(tasks_per_node, int):
+        elif isinstance(tasks_per_node, int) and not isinstance(tasks_per_node, bool):
             counts = [tasks_per_node] * len(self._hosts)
+        elif isinstance(tasks_per_node, Sequence) and all(
+            isinstance(c, int) and not isinstance(c, bool) for c in tasks_per_node
+        ):
+            counts = list(tasks_per_node)
         else:
-            counts = [int(c) for c in tasks_per_node]
+            raise ClusterConfigError(
+                f"tasks_per_node must be an int or a list of ints, got {tasks_per_node!r}"
+            )
         if len(counts) != len(self._hosts):
             raise ClusterConfigError(
-                f"tasks per node {counts} name {len(counts)} nodes but the node list has "
-                f"{len(self._hosts)}: {self._hosts}"
+                f"tasks per node {counts} ({source}) name {len(counts)} nodes but the node list "
+                f"has {len(self._hosts)}: {self._hosts}"
             )
-        if sum(counts) < self._world or any(c < 0 for c in counts):
+        total = sum(counts)
+        if total != self._world or any(c < 0 for c in counts):
             raise ClusterConfigError(
-                f"tasks per node {counts} hold {sum(counts)} tasks, fewer than the step's "
-                f"{self._world}"
+                f"{source} puts {counts} tasks on the nodes {self._hosts}, {total} "
+                f"task{'s' if total != 1 else ''} in all, but {_world_source()}: the counts "
+                "must be >= 0 and add up to the step's tasks"
             )
-        # Trim to the step's tasks (TF fills nodes in order up to the task count).
-        trimmed, left = [], self._world
-        for count in counts:
-            take = min(count, left)
-            trimmed.append(take)
-            left -= take
-        return trimmed
+        return counts
 
     def _resolve_gpus_per_node(self, gpus_per_node: int | None) -> int:
         if gpus_per_node is not None:
             if gpus_per_node < 0:
                 raise ClusterConfigError(f"gpus_per_node must be >= 0, got {gpus_per_node}")
             return gpus_per_node
-        env = os.environ.get("SLURM_GPUS_ON_NODE")
-        if env:
-            return int(env)
+        env = _optional_int_var("SLURM_GPUS_ON_NODE")
+        if env is not None:
+            return env
         visible = parse_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"))
         return len(visible) if visible else 0
 

@@ -7,7 +7,29 @@ from typing import Any
 
 from hpcdist.errors import ClusterConfigError
 
-__all__ = ["ClusterSpec"]
+__all__ = ["ClusterSpec", "parse_task_index"]
+
+
+def parse_task_index(value: Any) -> int:
+    """A task index: an int >= 0, or the decimal digits of one as a string (``"3"``).
+
+    TF casts with ``int()``, so ``0.5`` and ``true`` silently become tasks 0 and 1; hpcdist
+    rejects them.
+
+    Raises:
+        ValueError: Anything else (a float, a bool, ``"0.5"``, a negative number); the
+            message says what is expected and quotes the value.
+    """
+    expected = f"expected an integer >= 0 (or its digits as a string), got {value!r}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        number = int(value.strip())
+    else:
+        raise ValueError(expected)
+    if number < 0:
+        raise ValueError(expected)
+    return number
 
 
 class ClusterSpec:
@@ -21,8 +43,9 @@ class ClusterSpec:
             `ClusterSpec`, or None for an empty cluster.
 
     Raises:
-        ClusterConfigError: A job name is not a string, an index is not a non-negative integer,
-            or an address is not a string.
+        ClusterConfigError: A job name is not a string, an index is not a non-negative integer
+            (an int, or its digits as a string: ``0.5`` and ``True`` are rejected), or an
+            address is not a string.
     """
 
     def __init__(self, cluster: Mapping[str, Any] | ClusterSpec | None = None) -> None:
@@ -54,13 +77,11 @@ class ClusterSpec:
         parsed: dict[int, str] = {}
         for index, address in items:
             try:
-                i = int(index)
-            except (TypeError, ValueError):
+                i = parse_task_index(index)
+            except ValueError as exc:
                 raise ClusterConfigError(
-                    f"task index {index!r} of job {job!r} is not an integer"
+                    f"task index {index!r} of job {job!r} is not an integer >= 0: {exc}"
                 ) from None
-            if i < 0:
-                raise ClusterConfigError(f"task index {i} of job {job!r} is negative")
             if not isinstance(address, str):
                 raise ClusterConfigError(
                     f"address of task {job}:{i} must be a string, got {address!r}"

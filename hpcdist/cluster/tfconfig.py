@@ -6,8 +6,8 @@ import json
 import os
 from typing import Any
 
-from hpcdist.cluster.base import ClusterResolver
-from hpcdist.cluster.spec import ClusterSpec
+from hpcdist.cluster.base import ROLES, ClusterResolver
+from hpcdist.cluster.spec import ClusterSpec, parse_task_index
 from hpcdist.errors import ClusterConfigError
 
 __all__ = ["TFConfigClusterResolver", "load_tf_config"]
@@ -60,12 +60,20 @@ class TFConfigClusterResolver(ClusterResolver):
         return load_tf_config()
 
     def cluster_spec(self) -> ClusterSpec:
-        """Return ``TF_CONFIG["cluster"]`` as a `ClusterSpec`."""
+        """Return ``TF_CONFIG["cluster"]`` as a `ClusterSpec`.
+
+        Raises:
+            ClusterConfigError: The cluster is malformed, names a job that is not a role
+                (chief, worker, ps, evaluator), has more than one chief or evaluator, or gives
+                two tasks the same address (TF's strategies reject the first three too).
+        """
         cluster = self._config().get("cluster", {})
         try:
-            return ClusterSpec(cluster)
+            spec = ClusterSpec(cluster)
         except ClusterConfigError as exc:
             raise ClusterConfigError(f"TF_CONFIG cluster is invalid: {exc}") from None
+        _check_cluster(spec, cluster)
+        return spec
 
     def _check_task(self) -> None:
         task_type, task_id = self.task_type, self.task_id
@@ -98,16 +106,24 @@ class TFConfigClusterResolver(ClusterResolver):
 
     @property
     def task_id(self) -> int | None:
-        """``task.index`` (as an int), unless overridden."""
+        """``task.index`` (an int, or its digits as a string), unless overridden.
+
+        Raises:
+            ClusterConfigError: The index is not an integer >= 0 (``0.5`` and ``true``, which
+                TF's ``int()`` cast turns into tasks 0 and 1, are rejected).
+        """
         if self._task_id is not None:
-            return self._task_id
-        index = self._config().get("task", {}).get("index")
-        if index is None:
-            return None
+            index, where = self._task_id, "task_id argument"
+        else:
+            index, where = self._config().get("task", {}).get("index"), "TF_CONFIG task"
+            if index is None:
+                return None
         try:
-            return int(index)
-        except (TypeError, ValueError):
-            raise ClusterConfigError(f"TF_CONFIG task index {index!r} is not an integer") from None
+            return parse_task_index(index)
+        except ValueError as exc:
+            raise ClusterConfigError(
+                f"{where} index {index!r} is not an integer >= 0: {exc}"
+            ) from None
 
     @task_id.setter
     def task_id(self, value: int | None) -> None:
@@ -193,6 +209,31 @@ class TFConfigClusterResolver(ClusterResolver):
             if session_master:
                 return format_master_url_compat(session_master, rpc_layer or self.rpc_layer)
         return super().master(task_type, task_id, rpc_layer)
+
+
+def _check_cluster(spec: ClusterSpec, cluster: Any) -> None:
+    """Reject roles TF's strategies reject, and two tasks at one address."""
+    for job in spec.jobs:
+        if job not in ROLES:
+            raise ClusterConfigError(
+                f"TF_CONFIG cluster has unknown role {job!r}; expected roles {ROLES}: {cluster!r}"
+            )
+    for role in ("chief", "evaluator"):
+        if role in spec.jobs and spec.num_tasks(role) > 1:
+            raise ClusterConfigError(
+                f"TF_CONFIG cluster must have at most one {role!r} task, got "
+                f"{spec.num_tasks(role)}: {cluster!r}"
+            )
+    seen: dict[str, str] = {}
+    for job in spec.jobs:
+        for i in spec.task_indices(job):
+            address, task = spec.task_address(job, i), f"{job}:{i}"
+            if address in seen:
+                raise ClusterConfigError(
+                    f"TF_CONFIG cluster gives address {address!r} to two tasks, {seen[address]} "
+                    f"and {task}; every task needs its own: {cluster!r}"
+                )
+            seen[address] = task
 
 
 def format_master_url_compat(address: str, rpc_layer: str | None) -> str:

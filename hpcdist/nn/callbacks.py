@@ -1,10 +1,18 @@
 """Callbacks for `Model.fit` (Keras).
 
-History, ProgressBar, EarlyStopping, LearningRateScheduler, ModelCheckpoint, BackupAndRestore.
+History, ProgressBar, EarlyStopping, LearningRateScheduler, TerminateOnNaN, ModelCheckpoint,
+BackupAndRestore.
+
+Batch logs: after each training step, a callback that defines ``on_train_batch_end`` (other
+than `ProgressBar`) receives Keras' batch logs, the epoch's running loss and metrics over all
+replicas. Computing them is a small collective under MPI, so the callbacks must be the same on
+every rank (as every hpcdist program is SPMD); without such a callback ``logs`` is None and
+nothing is computed.
 """
 
 from __future__ import annotations
 
+import math
 import shutil
 import sys
 from collections.abc import Callable
@@ -27,6 +35,7 @@ __all__ = [
     "History",
     "LearningRateScheduler",
     "ProgressBar",
+    "TerminateOnNaN",
 ]
 
 
@@ -62,13 +71,23 @@ class Callback:
 
 
 class CallbackList:
-    """Dispatches every hook to several callbacks."""
+    """Dispatches every hook to several callbacks.
+
+    Attributes:
+        wants_batch_logs: Some callback other than `ProgressBar` defines
+            ``on_train_batch_end``, so `Model.fit` computes the batch logs.
+    """
 
     def __init__(self, callbacks: list[Callback], model: Any, params: dict[str, Any]) -> None:
         self.callbacks = list(callbacks)
         for cb in self.callbacks:
             cb.set_model(model)
             cb.set_params(params)
+        self.wants_batch_logs = any(
+            type(cb).on_train_batch_end is not Callback.on_train_batch_end
+            and not isinstance(cb, ProgressBar)
+            for cb in self.callbacks
+        )
 
     def __getattr__(self, hook: str) -> Callable[..., None]:
         def dispatch(*args: Any, **kwargs: Any) -> None:
@@ -195,6 +214,34 @@ class EarlyStopping(Callback):
             self.model.stop_training = True
             if self.restore_best_weights and self.best_weights is not None:
                 self.model.set_weights(self.best_weights)
+
+
+class TerminateOnNaN(Callback):
+    """Stop training when the loss becomes NaN or infinite (Keras' callback).
+
+    Checks the running loss of the epoch after every batch; the value is all-reduced over
+    the replicas, so every rank stops after the same step. The chief prints
+    ``Batch N: Invalid loss, terminating training``. Where no batch logs exist (the
+    parameter-server `fit`), the epoch's loss is checked at the end of the epoch.
+    """
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        """Stop if the loss is not finite."""
+        self._check(f"Batch {batch}", logs)
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        """Stop if the epoch's loss is not finite (and no batch check stopped already)."""
+        if not self.model.stop_training:
+            self._check(f"Epoch {epoch}", logs)
+
+    def _check(self, where: str, logs: dict | None) -> None:
+        loss = (logs or {}).get("loss")
+        if loss is None or math.isfinite(float(loss)):
+            return
+        extended = getattr(self.model.distribute_strategy, "extended", None)
+        if getattr(extended, "should_checkpoint", True):
+            print(f"{where}: Invalid loss, terminating training", flush=True)
+        self.model.stop_training = True
 
 
 class LearningRateScheduler(Callback):

@@ -151,6 +151,31 @@ class Model(Layer):
 
     # -- data ----------------------------------------------------------------------------------
 
+    @staticmethod
+    def _check_input(x: Any, batch_size: Any, what: str, allow_empty: bool = False) -> None:
+        """Reject a ``batch_size`` that is not a positive int, and (unless allowed) empty ``x``.
+
+        Raises:
+            ValueError: The message names the argument and quotes the value (as Keras does).
+        """
+        if batch_size is not None and (
+            not isinstance(batch_size, (int, np.integer))
+            or isinstance(batch_size, bool)
+            or batch_size < 1
+        ):
+            raise ValueError(
+                f"{what}: batch_size must be a positive integer or None, got {batch_size!r}"
+            )
+        if allow_empty:
+            return
+        if isinstance(x, Dataset):
+            if x.cardinality() == 0:
+                raise ValueError(f"{what}: x is a Dataset with no batches")
+        elif x is None or np.ndim(x) == 0 or len(x) == 0:
+            raise ValueError(
+                f"{what}: x has no examples (shape {np.shape(x)}); pass at least one example"
+            )
+
     def _batches(
         self,
         x: Any,
@@ -208,8 +233,13 @@ class Model(Layer):
             steps_per_epoch: Steps per epoch; the input is then read continuously across epochs.
             initial_epoch: Epoch to start from (resuming).
             seed: Base seed of the per-epoch shuffles.
+
+        Raises:
+            ValueError: ``batch_size`` is not a positive integer or None, or ``x`` has no
+                examples (an empty array, or a Dataset with no batches).
         """
         self._require_compiled()
+        self._check_input(x, batch_size, "fit")
         strategy = self.distribute_strategy
         history = History()
         cbs = [history, *(callbacks or [])]
@@ -276,8 +306,15 @@ class Model(Layer):
             except StopIteration:
                 break
             self.distribute_strategy.run(self.train_step, args=batch)
-            cb.on_train_batch_end(step)
+            cb.on_train_batch_end(step, self._batch_logs() if cb.wants_batch_logs else None)
             step += 1
+            if self.stop_training:
+                break
+
+    def _batch_logs(self) -> dict[str, float]:
+        """The epoch's running loss and metrics over all replicas (collective under MPI)."""
+        with self._scope():
+            return {m.name: m.result() for m in self.metrics}
 
     def evaluate(
         self,
@@ -288,8 +325,13 @@ class Model(Layer):
         steps: int | None = None,
         return_dict: bool = False,
     ) -> Any:
-        """Loss and metrics over every example exactly once (all replicas together)."""
+        """Loss and metrics over every example exactly once (all replicas together).
+
+        Raises:
+            ValueError: ``batch_size`` is not a positive integer or None, or ``x`` is empty.
+        """
         self._require_compiled()
+        self._check_input(x, batch_size, "evaluate")
         strategy = self.distribute_strategy
         with self._scope():
             for m in self.metrics:
@@ -307,7 +349,12 @@ class Model(Layer):
         return values[0] if len(values) == 1 else values
 
     def predict(self, x: Any, batch_size: int | None = None, verbose: Any = 0) -> np.ndarray:
-        """Outputs for every example, in order, on every rank."""
+        """Outputs for every example, in order, on every rank (none for an empty ``x``).
+
+        Raises:
+            ValueError: ``batch_size`` is not a positive integer or None.
+        """
+        self._check_input(x, batch_size, "predict", allow_empty=True)
         strategy = self.distribute_strategy
         data = self._batches(x, None, batch_size, False, 0)
         outputs = []

@@ -19,7 +19,7 @@ import numpy as np
 from hpcdist.cluster.gpus import bind_gpu, visible_gpu_count
 from hpcdist.comm import Communicator
 from hpcdist.core.variables import LocalStorage, VariableSynchronization
-from hpcdist.strategies.mirrored import local_devices, parse_device
+from hpcdist.strategies.mirrored import check_device_exists, local_devices
 from hpcdist.strategies.shared_storage import SharedStorage
 from hpcdist.strategies.strategy import Strategy, StrategyExtended
 
@@ -65,7 +65,9 @@ class CentralStorageStrategy(Strategy):
     def __init__(
         self, compute_devices: Sequence[str] | None = None, parameter_device: str | None = None
     ) -> None:
-        parameter = parse_device(parameter_device or "cpu:0")
+        parameter = check_device_exists(parameter_device or "cpu:0", "parameter_device")
+        if compute_devices is not None:  # check before the collective construction
+            local_devices(compute_devices, "compute_devices")
         comm = Communicator()
         if compute_devices is None and comm.size > 1:
             # Several ranks on the node: each computes on its own GPU (or the CPU).

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hpcdist.core import context
-from hpcdist.strategies.mirrored import parse_device
+from hpcdist.strategies.mirrored import check_device_exists
 from hpcdist.strategies.replica_context import ReplicaContext
 from hpcdist.strategies.strategy import Strategy, StrategyExtended
 
@@ -30,13 +30,15 @@ class OneDeviceStrategy(Strategy):
         device: The device name.
 
     Raises:
-        ValueError: The device name is not ``cpu:N`` or ``gpu:N``.
+        ValueError: The device name is not ``cpu:N`` or ``gpu:N``, or names a GPU this process
+            does not see (the message says how many it sees).
     """
 
     single_copy_variables = True
 
     def __init__(self, device: str) -> None:
-        self.extended = StrategyExtended(self, None, devices=(parse_device(device),))
+        name = check_device_exists(device, "OneDeviceStrategy")
+        self.extended = StrategyExtended(self, None, devices=(name,))
 
 
 context.set_default_strategy_factory(DefaultStrategy)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from collections.abc import Sequence
 
 from hpcdist.cluster.gpus import visible_gpu_count
 from hpcdist.strategies.cross_device_ops import CrossDeviceOps
 from hpcdist.strategies.strategy import Strategy, StrategyExtended
 
-__all__ = ["MirroredStrategy", "local_devices", "parse_device"]
+__all__ = ["MirroredStrategy", "check_device_exists", "local_devices", "parse_device"]
 
 
 def parse_device(device: str) -> str:
@@ -24,16 +26,48 @@ def parse_device(device: str) -> str:
     return f"{kind}:{int(index)}"
 
 
+def check_device_exists(device: str, what: str) -> str:
+    """`parse_device`, then check that a GPU device is one this process can see.
+
+    Args:
+        device: The device name as the user gave it.
+        what: The argument it came from, for the message.
+
+    Returns:
+        The normalised name.
+
+    Raises:
+        ValueError: Malformed, or ``gpu:N`` with ``N`` not below the number of visible GPUs;
+            the message names the device and how many GPUs are visible.
+    """
+    name = parse_device(device)
+    kind, _, index = name.partition(":")
+    if kind == "gpu":
+        count = visible_gpu_count()
+        if int(index) >= count:
+            if importlib.util.find_spec("cupy") is None:
+                why = "CuPy is not installed: pip install 'hpcdist[gpu]'"
+            else:
+                why = f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}"
+            visible = f"gpu:0 to gpu:{count - 1}" if count else "none"
+            raise ValueError(
+                f"{what} names device {device!r}, but this process sees {count} GPU(s) "
+                f"(valid: {visible}; {why})"
+            )
+    return name
+
+
 def local_devices(devices: Sequence[str] | None, what: str) -> tuple[str, ...]:
     """Normalised, distinct local device names; default every visible GPU, else ``cpu:0``.
 
     Raises:
-        ValueError: No device, a malformed name, or a repeated one (``what`` names the argument).
+        ValueError: No device, a malformed name, a GPU this process does not see, or a
+            repeated name (``what`` names the argument).
     """
     if devices is None:
         gpus = visible_gpu_count()
         devices = [f"gpu:{i}" for i in range(gpus)] if gpus else ["cpu:0"]
-    names = tuple(parse_device(d) for d in devices)
+    names = tuple(check_device_exists(d, what) for d in devices)
     if not names:
         raise ValueError(f"{what} must name at least one device")
     if len(set(names)) != len(names):
@@ -52,7 +86,8 @@ class MirroredStrategy(Strategy):
         cross_device_ops: Combines the replicas' values; default `ReductionToOneDevice`.
 
     Raises:
-        ValueError: A device name is malformed or repeated.
+        ValueError: A device name is malformed or repeated, or names a GPU this process does
+            not see.
     """
 
     def __init__(

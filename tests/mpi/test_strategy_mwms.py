@@ -193,3 +193,33 @@ def test_auto_shard_off_gives_every_worker_the_whole_batch(strategy):
     assert batches == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
     with pytest.raises(TypeError, match="InputOptions"):
         strategy.experimental_distribute_dataset(ds, {"auto_shard_policy": "OFF"})
+
+
+@pytest.mark.parametrize("resolver", [42, "worker", {"worker": ["a:1"]}])
+def test_cluster_resolver_must_be_a_resolver(resolver):
+    with pytest.raises(TypeError, match=r"cluster_resolver must be .*ClusterResolver") as info:
+        hd.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
+    assert f"got {resolver!r} ({type(resolver).__name__})" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "value", ["mpi", "RING", hd.CommunicationImplementation.MPI, hd.CommunicationOptions()]
+)
+def test_communication_options_takes_options_or_an_implementation(value):
+    strategy = hd.MultiWorkerMirroredStrategy(communication_options=value)
+    expected = value if isinstance(value, hd.CommunicationOptions) else None
+    options = strategy.communication_options
+    assert isinstance(options, hd.CommunicationOptions)
+    if expected is not None:
+        assert options is expected
+    else:
+        assert options.implementation.value == str(getattr(value, "value", value)).lower()
+    n = strategy.num_replicas_in_sync
+    assert np.allclose(strategy.reduce("sum", strategy.run(lambda: np.ones(3)), axis=None), n)
+
+
+def test_communication_options_of_another_type_is_a_type_error():
+    with pytest.raises(TypeError, match=r"communication_options must be .*Options.*got 42"):
+        hd.MultiWorkerMirroredStrategy(communication_options=42)
+    with pytest.raises(ValueError, match="unknown implementation 'carrier-pigeon'"):
+        hd.MultiWorkerMirroredStrategy(communication_options="carrier-pigeon")

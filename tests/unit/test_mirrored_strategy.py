@@ -88,5 +88,12 @@ def test_bad_devices():
         hd.MirroredStrategy(["cpu:0", "/CPU:0"])
     with pytest.raises(ValueError, match="cpu:0"):
         hd.MirroredStrategy(["tpu:0"])
+    count = visible_gpu_count()
+    with pytest.raises(ValueError, match=rf"devices .*'gpu:{count}'.* sees {count} GPU\(s\)"):
+        hd.MirroredStrategy([f"gpu:{i}" for i in range(count + 1)])
+    with pytest.raises(ValueError, match=rf"compute_devices .*'gpu:{count}'.* {count} GPU"):
+        hd.CentralStorageStrategy(compute_devices=[f"gpu:{count}"])
+    with pytest.raises(ValueError, match=rf"parameter_device .*'gpu:{count}'.* {count} GPU"):
+        hd.CentralStorageStrategy(parameter_device=f"gpu:{count}")
     # default: every visible GPU, else cpu:0
     assert hd.MirroredStrategy().num_replicas_in_sync == max(1, visible_gpu_count())

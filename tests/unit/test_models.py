@@ -113,3 +113,62 @@ def test_metrics_accept_empty_batches():
     acc = hd.nn.metrics.SparseCategoricalAccuracy()
     acc.update_state(np.array([1, 0]), np.array([[0.1, 0.9], [0.2, 0.8]]))
     assert acc.result() == 0.5
+
+
+@pytest.mark.parametrize("batch_size", [-3, 0, 2.5, True, "16"])
+def test_invalid_batch_size_is_rejected(batch_size):
+    x, y = cases.data(n=20)
+    model = cases.build()
+    match = rf"batch_size must be a positive integer or None, got {batch_size!r}"
+    with pytest.raises(ValueError, match=match):
+        model.fit(x, y, batch_size=batch_size, verbose=0)
+    with pytest.raises(ValueError, match=match):
+        model.evaluate(x, y, batch_size=batch_size)
+    with pytest.raises(ValueError, match=match):
+        model.predict(x, batch_size=batch_size)
+    assert model.optimizer.iterations is None  # never built: no step ran
+
+
+def test_empty_x_is_rejected():
+    x, y = cases.data(n=20)
+    model = cases.build()
+    with pytest.raises(ValueError, match=r"fit: x has no examples \(shape \(0, 6\)\)"):
+        model.fit(x[:0], y[:0], verbose=0)
+    with pytest.raises(ValueError, match=r"evaluate: x has no examples"):
+        model.evaluate(x[:0], y[:0])
+    empty = hd.data.Dataset.from_tensor_slices((x[:0], y[:0])).batch(4)
+    with pytest.raises(ValueError, match=r"fit: x is a Dataset with no batches"):
+        model.fit(empty, verbose=0)
+    assert model.optimizer.iterations is None  # never built: no step ran
+    assert model.predict(x[:0]).shape[0] == 0  # predict on nothing returns nothing
+
+
+def test_terminate_on_nan_stops_at_the_first_invalid_loss(capsys):
+    x, y = cases.data(n=40)
+    x[13, 2] = np.nan  # batch 1 of batch_size 10 without shuffling
+    model = cases.build()
+    h = model.fit(x, y, batch_size=10, epochs=3, verbose=0, shuffle=False)
+    assert model.optimizer.iterations.numpy() == 12  # without the callback it trains on
+    assert np.isnan(h.history["loss"]).all()
+    model = cases.build()
+    callback = hd.nn.callbacks.TerminateOnNaN()
+    h = model.fit(x, y, batch_size=10, epochs=3, verbose=0, shuffle=False, callbacks=[callback])
+    assert model.optimizer.iterations.numpy() == 2
+    assert model.stop_training and len(h.history["loss"]) == 1
+    assert "Batch 1: Invalid loss, terminating training" in capsys.readouterr().out
+
+
+def test_terminate_on_nan_also_stops_on_an_infinite_loss(capsys):
+    x, y = cases.data(n=20)
+    model = cases.build()
+    model.compile(optimizer="sgd", loss="mse")
+    x[:, :] = np.float32(3e38)
+    y = np.full((20, 3), 3e38, np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):  # the overflow is the point
+        h = model.fit(
+            x, y, batch_size=10, epochs=2, verbose=0, callbacks=[hd.nn.callbacks.TerminateOnNaN()]
+        )
+    assert not np.isfinite(h.history["loss"][0]) and len(h.history["loss"]) == 1
+    assert model.optimizer.iterations.numpy() == 1
+    assert "Batch 0: Invalid loss, terminating training" in capsys.readouterr().out
+    assert "TerminateOnNaN" in hd.nn.callbacks.__all__

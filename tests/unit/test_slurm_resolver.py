@@ -167,7 +167,16 @@ def test_missing_variables_are_named(slurm_env, missing):
     ("env", "kwargs", "match"),
     [
         (dict(SLURM_STEP_TASKS_PER_NODE="1,1"), {}, "name 2 nodes"),
-        (dict(SLURM_STEP_TASKS_PER_NODE="1"), {}, "fewer than"),
+        (dict(SLURM_STEP_TASKS_PER_NODE="1"), {}, r"SLURM_STEP_TASKS_PER_NODE='1' .* 1 task"),
+        (dict(SLURM_STEP_TASKS_PER_NODE="3"), {}, r"SLURM_STEP_TASKS_PER_NODE='3' .* 3 tasks"),
+        ({}, dict(tasks_per_node=3), r"tasks_per_node=3 .* 3 tasks .*SLURM_STEP_NUM_TASKS='2'"),
+        ({}, dict(tasks_per_node=[1]), r"tasks_per_node=\[1\] .* 1 task"),
+        (dict(SLURM_NODEID="1"), {}, r"SLURM_NODEID='1' .* 1 node"),
+        (dict(SLURM_NODEID="-1"), {}, r"SLURM_NODEID='-1'"),
+        (dict(SLURM_NODEID="zero"), {}, r"SLURM_NODEID='zero' is not an integer"),
+        (dict(SLURM_LOCALID="2"), {}, r"SLURM_LOCALID='2' .* 2 tasks on node 0 \('n1'\)"),
+        (dict(SLURM_LOCALID="1.0"), {}, r"SLURM_LOCALID='1.0' is not an integer"),
+        (dict(SLURM_GPUS_ON_NODE="two"), {}, r"SLURM_GPUS_ON_NODE='two' is not an integer"),
         (dict(SLURM_PROCID="7"), {}, "outside"),
         (dict(SLURM_PROCID="x"), {}, "not an integer"),
         (dict(SLURM_STEP_NODELIST="n[2-1]"), {}, "runs backwards"),
@@ -186,3 +195,27 @@ def test_contradictions(slurm_env, env, kwargs, match):
     slurm_env(**values)
     with pytest.raises(ClusterConfigError, match=match):
         SlurmClusterResolver(**kwargs)
+
+
+def test_localid_is_checked_against_its_own_node(slurm_env):
+    slurm_env(
+        SLURM_PROCID="2",
+        SLURM_NODEID="1",
+        SLURM_LOCALID="1",
+        SLURM_STEP_NUM_TASKS="3",
+        SLURM_STEP_TASKS_PER_NODE="2,1",
+        SLURM_STEP_NODELIST="a,b",
+    )
+    with pytest.raises(ClusterConfigError, match=r"SLURM_LOCALID='1' .* 1 task on node 1 \('b'\)"):
+        SlurmClusterResolver()
+    slurm_env(SLURM_LOCALID="0")
+    r = SlurmClusterResolver()
+    assert (r.rank, r.node_rank, r.local_rank, r.local_size) == (2, 1, 0, 1)
+
+
+def test_task_counts_from_the_job_must_match_the_step_too(slurm_env):
+    slurm_env(
+        SLURM_PROCID="0", SLURM_NTASKS="3", SLURM_JOB_NODELIST="a,b", SLURM_TASKS_PER_NODE="2(x2)"
+    )
+    with pytest.raises(ClusterConfigError, match=r"SLURM_TASKS_PER_NODE='2\(x2\)' .* 4 tasks"):
+        SlurmClusterResolver()

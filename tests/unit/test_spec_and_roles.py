@@ -31,6 +31,16 @@ def test_cluster_spec_errors():
         ClusterSpec({"worker": "a"})
 
 
+@pytest.mark.parametrize("index", [0.5, 1.0, True, "1.5", "-1", -1, None])
+def test_cluster_spec_indices_must_be_integers(index):
+    with pytest.raises(ClusterConfigError, match=f"task index {index!r} of job 'ps'"):
+        ClusterSpec({"ps": {index: "p:1"}})
+
+
+def test_cluster_spec_accepts_integer_strings_as_indices():
+    assert ClusterSpec({"ps": {"3": "p:1", 1: "q:1"}}).task_indices("ps") == [1, 3]
+
+
 def test_assign_jobs_order_is_sorted_roles():
     assert assign_jobs(None, 3) == [("worker", 0), ("worker", 1), ("worker", 2)]
     assert assign_jobs({"worker": 2, "ps": 1, "chief": 1}, 4) == [

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import hpcdist as hd
+from hpcdist.cluster.devices import visible_gpu_count
 
 
 def test_four_state_rule():
@@ -100,3 +101,18 @@ def test_distribute_dataset_single_replica():
     assert [b.tolist() for b in s.distribute_datasets_from_function(dataset_fn)] == [[0, 1], [2, 3]]
     values = s.experimental_distribute_values_from_function(lambda c: c.replica_id_in_sync_group)
     assert values == 0
+
+
+def test_gpu_device_that_does_not_exist_is_rejected_at_construction():
+    count = visible_gpu_count()
+    for missing in sorted({count, max(7, count)}):
+        device = f"gpu:{missing}"
+        with pytest.raises(ValueError, match=rf"'{device}'.* sees {count} GPU\(s\)"):
+            hd.OneDeviceStrategy(device)
+        with pytest.raises(ValueError, match=rf"'/GPU:{missing}'.* sees {count} GPU\(s\)"):
+            hd.OneDeviceStrategy(f"/GPU:{missing}")
+    if count == 0:
+        with pytest.raises(ValueError, match=r"valid: none; CuPy is not installed|valid: none"):
+            hd.OneDeviceStrategy("gpu:0")
+    else:
+        assert hd.OneDeviceStrategy("gpu:0").extended.worker_devices == ("gpu:0",)

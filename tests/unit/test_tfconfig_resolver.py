@@ -51,12 +51,13 @@ def test_task_type_index_rpc_and_overrides(tf_config):
 
 
 def test_casts(tf_config):
-    tf_config(
-        {"cluster": {"123456": ["a:1"], "worker": ["b:1"]}, "task": {"type": 123456, "index": "0"}}
-    )
+    # TF casts task.index with int(); hpcdist keeps that for integers written as strings.
+    tf_config({"cluster": {"ps": ["a:1"], "worker": ["b:1"]}, "task": {"type": "ps", "index": "0"}})
     r = TFConfigClusterResolver()
-    assert r.task_type == "123456"
+    assert r.task_type == "ps"
     assert r.task_id == 0
+    tf_config({"cluster": {"worker": {"1": "b:1"}}, "task": {"type": "worker", "index": " 1 "}})
+    assert TFConfigClusterResolver().task_id == 1
 
 
 def test_task_index_override(tf_config):
@@ -115,6 +116,48 @@ def test_bad_tf_config(tf_config, config, match):
         TFConfigClusterResolver()
     if isinstance(config, str):
         assert config in str(info.value)
+
+
+W2 = {"worker": ["w0:1", "w1:1"]}
+
+
+@pytest.mark.parametrize(
+    ("config", "match"),
+    [
+        # TF's resolver casts with int(): 0.5 -> 0 and true -> 1, silently another task.
+        ({"cluster": W2, "task": {"type": "worker", "index": 0.5}}, r"index 0\.5 .*integer"),
+        ({"cluster": W2, "task": {"type": "worker", "index": True}}, r"index True .*integer"),
+        ({"cluster": W2, "task": {"type": "worker", "index": "0.5"}}, r"index '0\.5' .*integer"),
+        ({"cluster": W2, "task": {"type": "worker", "index": -1}}, r"index -1 .*integer >= 0"),
+        ({"cluster": W2, "task": {"type": "worker", "index": [0]}}, r"index \[0\] .*integer"),
+        ({"cluster": {"worker": {"0.5": "w0:1"}}}, r"index '0\.5' of job 'worker'"),
+        # TF's multi-worker strategies reject these (multi_worker_util._validate_cluster_spec).
+        ({"cluster": {"chief": ["c0:1", "c1:1"], "worker": ["w0:1"]}}, r"at most one 'chief'"),
+        ({"cluster": {"evaluator": ["e0:1", "e1:1"], **W2}}, r"at most one 'evaluator'"),
+        ({"cluster": {"boss": ["b0:1"], **W2}}, r"unknown role 'boss'.*chief"),
+        (
+            {"cluster": {"123456": ["a:1"]}, "task": {"type": 123456, "index": 0}},
+            r"unknown role '123456'",
+        ),
+        ({"cluster": {"worker": ["h:1", "h:1"]}}, r"address 'h:1' .*worker:0 and worker:1"),
+        (
+            {"cluster": {"chief": ["h:1"], "worker": ["h:2", "h:1"]}},
+            r"address 'h:1' .*chief:0 and worker:1",
+        ),
+    ],
+)
+def test_lenient_tf_config_is_rejected_quoting_the_input(tf_config, config, match):
+    tf_config(config)
+    with pytest.raises(ClusterConfigError, match=match) as info:
+        TFConfigClusterResolver()
+    assert "TF_CONFIG" in str(info.value)
+
+
+@pytest.mark.parametrize("task_id", [0.5, True, "x", -2])
+def test_task_id_argument_must_be_an_index(tf_config, task_id):
+    tf_config({"cluster": W2})
+    with pytest.raises(ClusterConfigError, match="integer"):
+        TFConfigClusterResolver(task_type="worker", task_id=task_id)
 
 
 def test_evaluator_outside_cluster_is_allowed(tf_config):
