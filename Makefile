@@ -1,6 +1,6 @@
 # Quick start: `make demo` (a distributed run on 4 ranks) and `make test` (the whole suite).
 # Both create or reuse .venv with hpcdist, the MPICH wheel and the test tools.
-.PHONY: demo test bench lint clean
+.PHONY: demo test bench soak lint clean
 
 demo:
 	@bash scripts/demo.sh
@@ -10,6 +10,9 @@ test:
 
 bench:
 	@bash scripts/bench.sh
+
+soak:
+	@bash scripts/soak.sh
 
 lint:
 	@.venv/bin/ruff check . && .venv/bin/ruff format --check .

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: lint, unit and integration tests, end-to-end tests on a real local Slurm
+# The whole test suite: lint, unit and integration tests, fault injection (ranks leaving early
+# or stopped, unpicklable objects, full disks, changed models), end-to-end tests on a real local Slurm
 # (started and stopped by the tests; needs root and apt), then the MPI tests at 2, 3 and 4 ranks
 # and once more on 4 ranks split into 2 fake nodes (the hierarchical path), then the GPU tests on
 # the device simulator (tests/devicesim) at 1-4 ranks. Every MPI run is
@@ -40,6 +41,8 @@ ruff check .
 ruff format --check .
 echo "== unit and integration tests (1 process, jobs launched with timeouts)"
 bounded "unit+integration" python -m pytest -q -rs -p no:cacheprovider tests/unit tests/integration tests/gpu
+echo "== fault injection: jobs that fail on purpose, each under a timeout (tests/faults)"
+bounded "faults" python -m pytest -q -rs -p no:cacheprovider tests/faults
 echo "== Slurm tests against real slurmctld/slurmd/munged on this machine (scripts/slurm-up.sh)"
 # Jobs queue and requeue under a real scheduler: allow each test up to 8 minutes.
 PYTEST_RANK_TIMEOUT=480 bounded "slurm" python -m pytest -q -rs -p no:cacheprovider tests/slurm
