@@ -217,6 +217,9 @@ def test_preempted_job_requeues_itself_and_finishes_like_an_uninterrupted_run(tm
         assert signal.returncode == 0, signal.stderr
         state, text = _wait_state(job, {"PENDING", "REQUEUED", "COMPLETED", "FAILED"}, 120)
         assert state in ("PENDING", "REQUEUED"), text + (out.read_text() if out.exists() else "")
+        # slurmd refuses a credential issued in the second its job was revoked ("Job credential
+        # revoked"): let the clock move past the requeue before starting the job again.
+        time.sleep(2.0)
         run(["scontrol", "update", f"JobId={job}", "StartTime=now"], timeout=30)
         state, text = _wait_state(job, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, 150)
         log = out.read_text()
