@@ -15,6 +15,7 @@ import sys
 import time
 
 import numpy as np
+from memory import rss_mib
 
 import hpcdist as hd
 
@@ -32,15 +33,6 @@ KINDS = [
 ]
 OPS = ["sum", "mean", "min", "max", "prod"]
 DTYPES = [np.float32, np.float64, np.int32, np.int64]
-
-
-def rss_mib() -> float:
-    """Resident memory of this process in MiB."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def data(step: int, rank: int, shape: tuple[int, ...], dtype: type, op: str) -> np.ndarray:

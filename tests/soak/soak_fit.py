@@ -19,17 +19,9 @@ import tempfile
 import time
 
 import numpy as np
+from memory import rss_mib
 
 import hpcdist as hd
-
-
-def rss_mib() -> float:
-    """Resident memory of this process in MiB."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def build(strategy: hd.MultiWorkerMirroredStrategy) -> tuple[hd.nn.Model, hd.nn.optimizers.SGD]:
