@@ -92,6 +92,9 @@ class Operators:
     def __neg__(self) -> Tensor:
         return _operators["negative"](self)
 
+    def __abs__(self) -> Tensor:
+        return _operators["abs"](self)
+
     def __pow__(self, exponent: float) -> Tensor:
         return _operators["power"](self, exponent)
 

@@ -14,6 +14,7 @@ from hpcdist.core.autodiff import Tensor, as_tensor, record, register_operator, 
 from hpcdist.utils.xp import array_module, as_array_like, is_device_array, scatter_add
 
 __all__ = [
+    "abs",
     "add",
     "cast",
     "divide",
@@ -115,6 +116,13 @@ def negative(a: Any) -> Tensor:
     """``-a``."""
     a = as_tensor(a)
     return record(-a.value, (a,), lambda g: (-g,))
+
+
+def abs(a: Any) -> Tensor:
+    """``|a|``; the gradient is ``sign(a)``, so 0 at 0 (as TF's)."""
+    a = as_tensor(a)
+    xp = array_module(a.value)
+    return record(xp.abs(a.value), (a,), lambda g: (g * xp.sign(a.value),))
 
 
 def power(a: Any, exponent: float) -> Tensor:
@@ -290,6 +298,7 @@ for _name, _fn in {
     "multiply": multiply,
     "divide": divide,
     "negative": negative,
+    "abs": abs,
     "power": power,
     "matmul": matmul,
     "getitem": getitem,

@@ -101,11 +101,9 @@ class Dataset:
         return Dataset(make, card)
 
     def repeat(self, count: int | None = None) -> Dataset:
-        """Repeat the dataset ``count`` times (forever when None or -1)."""
+        """Repeat the dataset ``count`` times (forever when None or negative, as TF's -1)."""
         source = self
-        forever = count is None or count == -1
-        if not forever and count < 0:
-            raise ValueError(f"repeat count must be >= 0, -1 or None, got {count}")
+        forever = count is None or count < 0
 
         def make() -> Iterator[Any]:
             done = 0
@@ -200,11 +198,11 @@ class Dataset:
         return Dataset(make, UNKNOWN if self._cardinality != 0 else 0)
 
     def take(self, count: int) -> Dataset:
-        """The first ``count`` elements (all when -1)."""
+        """The first ``count`` elements (all when -1 or any negative count, as TF)."""
         source = self
 
         def make() -> Iterator[Any]:
-            if count == -1:
+            if count < 0:
                 yield from source
                 return
             for i, element in enumerate(source):
@@ -213,7 +211,7 @@ class Dataset:
                 yield element
 
         card = self._cardinality
-        if count != -1:
+        if count >= 0:
             if card == INFINITE:
                 card = count
             elif card >= 0:
@@ -221,17 +219,20 @@ class Dataset:
         return Dataset(make, card)
 
     def skip(self, count: int) -> Dataset:
-        """Everything after the first ``count`` elements."""
+        """Everything after the first ``count`` elements (nothing when -1 or negative, as TF).
+
+        A negative count skips the whole input: on an infinite dataset iteration never ends.
+        """
         source = self
 
         def make() -> Iterator[Any]:
             for i, element in enumerate(source):
-                if i >= count:
+                if 0 <= count <= i:
                     yield element
 
         card = self._cardinality
         if card >= 0:
-            card = max(0, card - count)
+            card = 0 if count < 0 else max(0, card - count)
         return Dataset(make, card)
 
     def prefetch(self, buffer_size: int = 1) -> Dataset:

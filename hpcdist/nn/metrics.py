@@ -6,6 +6,7 @@ all replicas (a collective under MPI), so every example is counted exactly once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -30,7 +31,22 @@ __all__ = [
 
 def _array(x: Any) -> np.ndarray:
     """Metrics accumulate on the host: device values are copied back here."""
-    return to_numpy(x.value if isinstance(x, Tensor) else x)
+    return np.asarray(to_numpy(x.value if isinstance(x, Tensor) else x))
+
+
+def _same_rank(values: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Keras' ``squeeze_or_expand_to_same_rank``: absorb one trailing axis of size 1."""
+    if values.ndim == w.ndim + 1 and values.shape[-1] == 1:
+        if w.ndim == 1:
+            w = w[:, None]
+        else:
+            values = values[..., 0]
+    if w.ndim == values.ndim + 1 and w.shape[-1] == 1:
+        if values.ndim == 1:
+            values = values[:, None]
+        else:
+            w = w[..., 0]
+    return values, w
 
 
 class Metric:
@@ -54,17 +70,43 @@ class Metric:
         )
         self.total, self.count = make("total"), make("count")
 
-    def _accumulate(self, values: np.ndarray, sample_weight: Any) -> None:
-        values = values.astype(np.float64).reshape(-1)
-        if sample_weight is not None:
-            w = np.broadcast_to(
-                to_numpy(sample_weight).astype(np.float64).reshape(-1), values.shape
-            )
-            self.total.assign_add(float((values * w).sum()), read_value=False)
-            self.count.assign_add(float(w.sum()), read_value=False)
-        else:
+    def _accumulate(
+        self, values: np.ndarray, sample_weight: Any, reduce: Callable[..., Any] = np.mean
+    ) -> None:
+        """Add ``values`` per sample, as Keras' ``reduce_to_samplewise_values``.
+
+        Each example's values are reduced (``reduce``) to one per-sample value; a weight is per
+        sample (``[batch]``), per value (``[batch, ...]``) or for the whole batch (a scalar).
+        ``count`` grows by the sum of the per-sample weights (or the number of samples).
+
+        Raises:
+            ValueError: ``sample_weight`` does not broadcast to the per-sample values.
+        """
+        values = np.asarray(values, dtype=np.float64)
+        if sample_weight is None:
+            samples = values.shape[0] if values.ndim else 1
+            if values.ndim > 1:
+                values = reduce(values, axis=tuple(range(1, values.ndim)))
             self.total.assign_add(float(values.sum()), read_value=False)
-            self.count.assign_add(float(values.size), read_value=False)
+            self.count.assign_add(float(samples), read_value=False)
+            return
+        w = _array(sample_weight).astype(np.float64)
+        values, w = _same_rank(values, w)
+        if values.ndim > w.ndim:
+            values = reduce(values, axis=tuple(range(w.ndim, values.ndim)))
+        try:
+            w = np.broadcast_to(w, values.shape)
+        except ValueError:
+            raise ValueError(
+                f"{self.name}: sample_weight of shape {w.shape} must broadcast per sample to "
+                f"the values of shape {values.shape}"
+            ) from None
+        values = values * w
+        if w.ndim > 1:
+            values = reduce(values, axis=tuple(range(1, values.ndim)))
+            w = reduce(w, axis=tuple(range(1, w.ndim)))
+        self.total.assign_add(float(values.sum()), read_value=False)
+        self.count.assign_add(float(w.sum()), read_value=False)
 
     def update_state(self, *args: Any, sample_weight: Any = None) -> None:
         """Accumulate (override)."""
@@ -106,7 +148,7 @@ class Sum(Metric):
 
     def update_state(self, values: Any, sample_weight: Any = None) -> None:
         """Add values."""
-        self._accumulate(_array(values), sample_weight)
+        self._accumulate(_array(values), sample_weight, reduce=np.sum)
 
     def result(self) -> float:
         """The sum."""

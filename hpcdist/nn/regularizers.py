@@ -19,7 +19,10 @@ class Regularizer:
 
 
 class L1L2(Regularizer):
-    """``l1 * sum(|x|) + l2 * sum(x**2)``."""
+    """``l1 * sum(|x|) + l2 * sum(x**2)``.
+
+    The L1 term's gradient is ``l1 * sign(x)``: 0 where a weight is exactly 0, as in Keras.
+    """
 
     def __init__(self, l1: float = 0.0, l2: float = 0.0) -> None:
         self.l1, self.l2 = float(l1), float(l2)
@@ -28,7 +31,7 @@ class L1L2(Regularizer):
         """``l1 * sum(|x|) + l2 * sum(x**2)``."""
         penalty = ops.multiply(0.0, ops.reduce_sum(x))
         if self.l1:
-            penalty = penalty + self.l1 * ops.reduce_sum(ops.maximum(x, -x))
+            penalty = penalty + self.l1 * ops.reduce_sum(ops.abs(x))
         if self.l2:
             penalty = penalty + self.l2 * ops.reduce_sum(ops.square(x))
         return penalty

@@ -19,6 +19,7 @@ UNARY = [
     ops.relu,
     ops.square,
     ops.negative,
+    ops.abs,
     lambda a: ops.power(a, 3),
     lambda a: ops.log_softmax(a, -1),
     lambda a: ops.softmax(a, 0),
@@ -30,6 +31,15 @@ def test_unary_gradients(fn):
     v = var((3, 4), seed=1)
     weights = np.random.default_rng(9).standard_normal((3, 4))
     check_variables(lambda: ops.reduce_sum(ops.multiply(fn(v), weights)), [v])
+
+
+def test_abs_value_and_gradient_match_tf_at_zero():
+    # TF 2.21: tf.abs([0, 1, -2]) = [0, 1, 2]; its gradient is sign(x) = [0, 1, -1], 0 at 0.
+    v = hd.get_strategy().Variable(np.array([0.0, 1.0, -2.0]))
+    with hd.nn.GradientTape() as tape:
+        y = ops.reduce_sum(ops.abs(v))
+    assert float(y) == 3.0
+    np.testing.assert_array_equal(tape.gradient(y, v), [0.0, 1.0, -1.0])
 
 
 def test_log_sqrt_divide_on_positive_inputs():

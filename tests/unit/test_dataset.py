@@ -46,6 +46,31 @@ def test_batch_and_remainder():
         Dataset.range(3).batch(0)
 
 
+def test_negative_counts_follow_tf():
+    # TF 2.21: skip(-1) skips everything (cardinality 0); take(-1) keeps everything
+    # (cardinality 5); repeat(-1) repeats forever. Other negative counts iterate the same way
+    # (TF reports take(-2).cardinality() as -2, i.e. unknown; hpcdist reports the 5 it yields).
+    for count in (-1, -2, -7):
+        assert values(Dataset.range(5).skip(count)) == []
+        assert Dataset.range(5).skip(count).cardinality() == 0
+        assert values(Dataset.range(5).take(count)) == [0, 1, 2, 3, 4]
+        assert Dataset.range(5).take(count).cardinality() == 5
+        ds = Dataset.range(3).repeat(count)
+        assert ds.cardinality() == INFINITE_CARDINALITY
+        assert values(ds.take(7)) == [0, 1, 2, 0, 1, 2, 0]
+    # TF 2.21: infinite and unknown inputs keep their cardinality under skip(-1)/take(-1).
+    assert Dataset.range(3).repeat().skip(-1).cardinality() == INFINITE_CARDINALITY
+    assert Dataset.range(3).repeat().take(-1).cardinality() == INFINITE_CARDINALITY
+    unknown = Dataset.range(3).filter(lambda x: True)
+    assert unknown.skip(-1).cardinality() == UNKNOWN_CARDINALITY
+    assert values(unknown.skip(-1)) == []
+    assert Dataset.range(0).repeat(-2).cardinality() == 0
+    # TF 2.21 rejects a negative shard index or a non-positive number of shards.
+    for num_shards, index in ((2, -1), (2, 2), (0, 0), (-1, 0)):
+        with pytest.raises(ValueError, match="num_shards"):
+            Dataset.range(5).shard(num_shards, index)
+
+
 def test_repeat_take_skip_cardinality():
     assert values(Dataset.range(2).repeat(3)) == [0, 1, 0, 1, 0, 1]
     assert Dataset.range(2).repeat().cardinality() == INFINITE_CARDINALITY

@@ -104,3 +104,16 @@ def test_loss_values_match_their_definitions():
         losses.MeanSquaredError(reduction="mean")
     with pytest.raises(ValueError, match="unknown loss"):
         losses.get("hinge-ish")
+
+
+def test_l1_penalty_gradient_is_zero_at_zero():
+    # TF 2.21: gradient of L1(0.1) at w = [0, 1, -2] is [0, 0.1, -0.1];
+    # L1L2(0.1, 0.2) gives [0, 0.5, -0.9] and penalty 1.3.
+    w = hd.get_strategy().Variable(np.array([0.0, 1.0, -2.0]))
+    with hd.nn.GradientTape() as tape:
+        penalty = regularizers.L1(0.1)(w)
+    np.testing.assert_allclose(tape.gradient(penalty, w), [0.0, 0.1, -0.1])
+    with hd.nn.GradientTape() as tape:
+        penalty = regularizers.L1L2(0.1, 0.2)(w)
+    np.testing.assert_allclose(float(penalty), 1.3)
+    np.testing.assert_allclose(tape.gradient(penalty, w), [0.0, 0.5, -0.9])
