@@ -174,7 +174,9 @@ class Settings:
             Env: ``HPCDIST_LOG_ALL_RANKS``.
         num_ps: Number of parameter-server ranks of a `ParameterServerStrategy` launched
             without a ``ps`` job in its cluster resolver (rank 0 is the coordinator, the next
-            ``num_ps`` ranks are ps, the rest workers). Env: ``HPCDIST_NUM_PS``.
+            ``num_ps`` ranks are ps, the rest workers); also the jobs of
+            `hpcdist.cluster.resolve` and of the MPI and Slurm resolvers built without jobs.
+            Env: ``HPCDIST_NUM_PS``.
         ps_segment_bytes: Size of each RMA window segment a ps rank allocates for variables
             (a larger variable gets a segment of its own size; >= 4096).
             Env: ``HPCDIST_PS_SEGMENT_BYTES``.

@@ -33,7 +33,8 @@ class CheckpointManager:
         max_to_keep: How many to keep; None keeps all; must be positive otherwise.
         keep_checkpoint_every_n_hours: Also keep one checkpoint per this many hours.
         checkpoint_name: File prefix (``ckpt`` -> ``ckpt-7.h5``).
-        step_counter: A variable counting steps; used for numbering and ``checkpoint_interval``.
+        step_counter: A variable counting steps, read by ``checkpoint_interval`` (checkpoints
+            are still numbered by the save counter, as in TF).
         checkpoint_interval: Save only when ``step_counter`` moved this far since the last save.
         init_fn: Called by `restore_or_initialize` when there is nothing to restore.
 
@@ -137,9 +138,12 @@ class CheckpointManager:
     ) -> str | None:
         """Save a checkpoint and apply the retention rules (collective).
 
-        The number defaults to the step counter, else the save counter. With
-        ``checkpoint_interval`` (TF's rule), a step already saved is never saved again, and with
-        ``check_interval`` a save less than an interval after the last one is skipped.
+        The number defaults to the checkpoint's ``save_counter`` after it is incremented
+        (``ckpt-1``, ``ckpt-2``, ... as in TF, with or without a step counter);
+        ``checkpoint_number`` names the file instead, and the save counter still counts the
+        save. With ``checkpoint_interval`` (TF's rule), a step already saved is never saved
+        again, and with ``check_interval`` a save less than an interval after the last one is
+        skipped; a skipped save does not count.
 
         Returns:
             The path, or None when the save was skipped.
@@ -158,7 +162,7 @@ class CheckpointManager:
         ckpt = self._checkpoint
         ckpt.save_counter.assign_add(1, read_value=False)
         if checkpoint_number is None:
-            checkpoint_number = step if step is not None else int(ckpt.save_counter.numpy())
+            checkpoint_number = int(ckpt.save_counter.numpy())
         prefix = os.path.join(self.directory, f"{self.checkpoint_name}-{checkpoint_number}")
         path = ckpt.write(prefix, options)  # raises on every rank if the chief could not write
         if self.checkpoint_interval is not None:

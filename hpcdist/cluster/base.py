@@ -7,8 +7,16 @@ from collections.abc import Mapping
 
 from hpcdist.cluster.spec import ClusterSpec
 from hpcdist.errors import ClusterConfigError
+from hpcdist.settings import get_settings
 
-__all__ = ["ROLES", "ClusterResolver", "assign_jobs", "format_master_url", "is_chief"]
+__all__ = [
+    "ROLES",
+    "ClusterResolver",
+    "assign_jobs",
+    "default_jobs",
+    "format_master_url",
+    "is_chief",
+]
 
 #: The roles hpcdist knows. ``jobs`` given to a resolver may use only these names.
 ROLES = ("chief", "worker", "ps", "evaluator")
@@ -31,6 +39,35 @@ def is_chief(cluster_spec: ClusterSpec, task_type: str | None, task_id: int | No
     if "chief" in cluster_spec.jobs:
         return False
     return task_type == "worker" and task_id == 0
+
+
+def default_jobs(world_size: int) -> dict[str, int] | None:
+    """The jobs of a resolver built without ``jobs``: set by ``HPCDIST_NUM_PS``, else None.
+
+    With ``HPCDIST_NUM_PS=n`` (`hpcdist.settings.Settings.num_ps`), rank 0 is the chief (the
+    parameter-server coordinator), ranks 1..n are ps and the rest workers:
+    ``{"chief": 1, "ps": n, "worker": world_size - 1 - n}``. Without it, None (every rank a
+    worker, see `assign_jobs`).
+
+    Args:
+        world_size: Number of ranks.
+
+    Returns:
+        ``{role: count}``, or None.
+
+    Raises:
+        ClusterConfigError: ``HPCDIST_NUM_PS`` leaves no worker among ``world_size`` ranks.
+    """
+    num_ps = get_settings().num_ps
+    if num_ps is None:
+        return None
+    workers = world_size - 1 - num_ps
+    if workers < 1:
+        raise ClusterConfigError(
+            f"HPCDIST_NUM_PS={num_ps} leaves no worker among {world_size} ranks (one "
+            f"coordinator, {num_ps} ps): launch at least {num_ps + 2} ranks"
+        )
+    return {"chief": 1, "ps": num_ps, "worker": workers}
 
 
 def assign_jobs(jobs: Mapping[str, int] | None, world_size: int) -> list[tuple[str, int]]:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from mpi4py import MPI
 
-from hpcdist.cluster.base import ClusterResolver, assign_jobs
+from hpcdist.cluster.base import ClusterResolver, assign_jobs, default_jobs
 from hpcdist.cluster.devices import visible_gpu_count
 from hpcdist.cluster.spec import ClusterSpec
 from hpcdist.cluster.topology import node_layout
@@ -26,12 +26,18 @@ class MPIClusterResolver(ClusterResolver):
         comm: The communicator; ``MPI.COMM_WORLD`` by default. It is only read from, never
             used for hpcdist's own traffic.
         jobs: ``{role: count}``; ranks are assigned in sorted role order (see
-            `hpcdist.cluster.assign_jobs`). Default: every rank is a worker.
+            `hpcdist.cluster.assign_jobs`). Default: `hpcdist.cluster.base.default_jobs` (the
+            parameter-server layout when ``HPCDIST_NUM_PS`` is set, else every rank a worker).
+
+    Raises:
+        ClusterConfigError: The jobs do not fit the communicator (``HPCDIST_NUM_PS`` included).
     """
 
     def __init__(self, comm: MPI.Comm | None = None, jobs: Mapping[str, int] | None = None):
         comm = MPI.COMM_WORLD if comm is None else comm
         self._layout = node_layout(comm)
+        if jobs is None:
+            jobs = default_jobs(self._layout.size)
         self._assignment = assign_jobs(jobs, self._layout.size)
         self._task_type, self._task_id = self._assignment[self._layout.rank]
         local_index = [

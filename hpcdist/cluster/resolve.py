@@ -36,14 +36,18 @@ def resolve(jobs: Mapping[str, int] | None = None) -> ClusterResolver:
     """Auto-detect the cluster: Slurm step > MPI launcher (size > 1) > ``TF_CONFIG`` > one process.
 
     Args:
-        jobs: ``{role: count}`` for the Slurm and MPI resolvers.
+        jobs: ``{role: count}`` for the Slurm and MPI resolvers. Default: with
+            ``HPCDIST_NUM_PS=n``, ``{"chief": 1, "ps": n, "worker": rest}`` (what
+            `hpcdist.ParameterServerStrategy` uses without a resolver), else every rank a
+            worker (see `hpcdist.cluster.base.default_jobs`).
 
     Returns:
         A resolver.
 
     Raises:
         ClusterConfigError: Slurm started several tasks but MPI sees one rank (``srun`` without
-            ``--mpi=pmi2``), or Slurm and MPI disagree on the number of tasks.
+            ``--mpi=pmi2``), Slurm and MPI disagree on the number of tasks, or
+            ``HPCDIST_NUM_PS`` leaves no worker.
     """
     size = MPI.COMM_WORLD.Get_size()
     step = slurm_step_tasks()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
-from hpcdist.cluster.base import ClusterResolver, assign_jobs
+from hpcdist.cluster.base import ClusterResolver, assign_jobs, default_jobs
 from hpcdist.cluster.devices import parse_visible_devices
 from hpcdist.cluster.hostlist import expand_hostlist, expand_tasks_per_node
 from hpcdist.cluster.spec import ClusterSpec
@@ -72,7 +72,9 @@ class SlurmClusterResolver(ClusterResolver):
     Tasks are laid out on nodes in Slurm's block order, as TF does.
 
     Args:
-        jobs: ``{role: count}``, assigned in sorted role order; default all workers.
+        jobs: ``{role: count}``, assigned in sorted role order; default
+            `hpcdist.cluster.base.default_jobs` (the parameter-server layout when ``HPCDIST_NUM_PS``
+            is set, else all workers).
         port_base: First port of the address labels on each node.
         gpus_per_node: GPUs per node; default ``SLURM_GPUS_ON_NODE``, else the number of
             entries in ``CUDA_VISIBLE_DEVICES``, else 0.
@@ -104,7 +106,7 @@ class SlurmClusterResolver(ClusterResolver):
             raise ClusterConfigError(
                 f"SLURM_PROCID={self._rank} is outside the step's {self._world} tasks"
             )
-        self._jobs = dict(jobs) if jobs is not None else None
+        self._jobs = dict(jobs) if jobs is not None else default_jobs(self._world)
         self._assignment = assign_jobs(self._jobs, self._world)
         self._task_type, self._task_id = self._assignment[self._rank]
         self._port_base = port_base

@@ -6,7 +6,7 @@ import json
 import os
 from typing import Any
 
-from hpcdist.cluster.base import ROLES, ClusterResolver
+from hpcdist.cluster.base import ROLES, ClusterResolver, format_master_url
 from hpcdist.cluster.spec import ClusterSpec, parse_task_index
 from hpcdist.errors import ClusterConfigError
 
@@ -203,12 +203,36 @@ class TFConfigClusterResolver(ClusterResolver):
         task_id: int | None = None,
         rpc_layer: str | None = None,
     ) -> str:
-        """Return a task's address; ``session_master`` wins when set and no task is named."""
+        """Return the session master address, TF's rules in TF's order.
+
+        1. ``TF_CONFIG["session_master"]``, when present, exactly as given (no rpc layer added,
+           whatever the arguments).
+        2. ``""`` when the cluster is empty (or ``TF_CONFIG`` unset) or is a single job with one
+           task, whatever the arguments.
+        3. Otherwise the address of the task (``task_type``/``task_id``, each defaulting to this
+           task), prefixed by ``rpc_layer`` (default: this resolver's) as ``layer://address``.
+
+        Raises:
+            ValueError: Rule 3 with no task type or index (``TF_CONFIG`` names no task and none
+                was given), or a task that is not in the cluster.
+        """
+        config = self._config()
+        if "session_master" in config and config["session_master"] is not None:
+            return str(config["session_master"])
+        spec = self.cluster_spec()
+        jobs = spec.jobs
+        if not jobs or (len(jobs) == 1 and spec.num_tasks(jobs[0]) == 1):
+            return ""
+        task_type = self.task_type if task_type is None else task_type
+        task_id = self.task_id if task_id is None else task_id
+        rpc_layer = self.rpc_layer if rpc_layer is None else rpc_layer
         if task_type is None or task_id is None:
-            session_master = self._config().get("session_master")
-            if session_master:
-                return format_master_url_compat(session_master, rpc_layer or self.rpc_layer)
-        return super().master(task_type, task_id, rpc_layer)
+            raise ValueError(
+                f"master() needs a task of the {spec.num_tasks_total()}-task cluster {jobs}: "
+                f"expected task_type and task_id (arguments or TF_CONFIG task), got "
+                f"task_type={task_type!r}, task_id={task_id!r}"
+            )
+        return format_master_url(spec.task_address(task_type, task_id), rpc_layer)
 
 
 def _check_cluster(spec: ClusterSpec, cluster: Any) -> None:
@@ -234,10 +258,3 @@ def _check_cluster(spec: ClusterSpec, cluster: Any) -> None:
                     f"and {task}; every task needs its own: {cluster!r}"
                 )
             seen[address] = task
-
-
-def format_master_url_compat(address: str, rpc_layer: str | None) -> str:
-    """Prefix ``address`` with the rpc layer unless it already has a scheme."""
-    if "://" in address or not rpc_layer:
-        return address
-    return f"{rpc_layer}://{address}"

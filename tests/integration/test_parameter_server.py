@@ -125,3 +125,36 @@ def test_function_cache_is_bounded():
     assert len(measured["worker_rss_growth_mib"]) == 2, measured
     for rank, growth in measured["worker_rss_growth_mib"].items():
         assert growth < 20, f"worker rank {rank} grew by {growth} MiB: {measured}"
+
+
+RESOLVED = """\
+from mpi4py import MPI
+
+import hpcdist as hd
+
+resolver = hd.cluster.resolve()
+rank = MPI.COMM_WORLD.Get_rank()
+print(f"rank {rank} task {resolver.task_type}:{resolver.task_id}", flush=True)
+strategy = hd.ParameterServerStrategy(resolver)
+coordinator = hd.ClusterCoordinator(strategy)
+with strategy.scope():
+    v = strategy.Variable(1.0)
+coordinator.schedule(lambda: v.assign_add(1.0)).fetch()
+print(f"coordinator ready: {strategy._num_ps} ps, {strategy._num_workers} workers", flush=True)
+"""
+
+
+def test_resolve_honours_num_ps(tmp_path):
+    """``ParameterServerStrategy(hd.cluster.resolve())`` with HPCDIST_NUM_PS=1 on 4 ranks.
+
+    ``resolve()`` gives the layout ``ParameterServerStrategy()`` builds from HPCDIST_NUM_PS:
+    rank 0 chief, rank 1 ps, ranks 2-3 workers.
+    """
+    script = tmp_path / "resolved_ps.py"
+    script.write_text(RESOLVED)
+    result = run_mpi(4, [str(script)], timeout=60, env=clean_env(HPCDIST_NUM_PS="1"))
+    assert result.returncode == 0, result.stderr
+    assert "set HPCDIST_NUM_PS" not in result.stderr
+    tasks = sorted(re.findall(r"rank (\d) task ([a-z]+:\d)", result.stdout))
+    assert tasks == [("0", "chief:0"), ("1", "ps:0"), ("2", "worker:0"), ("3", "worker:1")]
+    assert "coordinator ready: 1 ps, 2 workers" in result.stdout

@@ -86,10 +86,13 @@ def test_corrupt_truncated_and_foreign_files_name_the_file(tmp_path):
 
 
 def test_manager_interval_rule_from_tf(tmp_path):
-    # TF's numbers: interval 3, max_to_keep 2, steps 0..9 -> saves at 0, 3, 6, 9, keeps 6 and 9.
+    # TF 2.21's numbers (tf.train.CheckpointManager, checked by running it): interval 3,
+    # max_to_keep 2, steps 0..9 -> saves at steps 0, 3, 6, 9 as ckpt-1..ckpt-4 (numbered by
+    # save_counter, not by step); ckpt-3 and ckpt-4 are kept.
     step = hd.get_strategy().Variable(np.int64(0), trainable=False)
+    ckpt = Checkpoint(step=step)
     manager = CheckpointManager(
-        Checkpoint(step=step),
+        ckpt,
         str(tmp_path),
         max_to_keep=2,
         step_counter=step,
@@ -98,17 +101,46 @@ def test_manager_interval_rule_from_tf(tmp_path):
     saved = []
     for s in range(10):
         step.assign(s)
-        if manager.save() is not None:
-            saved.append(s)
+        path = manager.save()
+        if path is not None:
+            saved.append((s, os.path.basename(path)))
         assert manager.save() is None  # the same step is never saved twice
-    assert saved == [0, 3, 6, 9]
-    assert [os.path.basename(p) for p in manager.checkpoints] == ["ckpt-6.h5", "ckpt-9.h5"]
+    assert saved == [(0, "ckpt-1.h5"), (3, "ckpt-2.h5"), (6, "ckpt-3.h5"), (9, "ckpt-4.h5")]
+    assert [os.path.basename(p) for p in manager.checkpoints] == ["ckpt-3.h5", "ckpt-4.h5"]
+    assert os.path.basename(manager.latest_checkpoint) == "ckpt-4.h5"
     assert sorted(f for f in os.listdir(tmp_path) if f.endswith(".h5")) == [
-        "ckpt-6.h5",
-        "ckpt-9.h5",
+        "ckpt-3.h5",
+        "ckpt-4.h5",
     ]
-    step.assign(10)
-    assert manager.save(check_interval=False).endswith("ckpt-10.h5")
+    # TF: a skipped save does not count; save(checkpoint_number=100) names the file and still
+    # counts the save (save_counter 5), so the next default save is ckpt-6.
+    assert int(ckpt.save_counter.numpy()) == 4
+    step.assign(20)
+    assert manager.save(checkpoint_number=100).endswith("ckpt-100.h5")
+    assert int(ckpt.save_counter.numpy()) == 5
+    step.assign(21)
+    assert manager.save(check_interval=False).endswith("ckpt-6.h5")
+    assert [os.path.basename(p) for p in manager.checkpoints] == ["ckpt-100.h5", "ckpt-6.h5"]
+    # TF: a new manager restores save_counter with the checkpoint and numbers on from it.
+    step2 = hd.get_strategy().Variable(np.int64(0), trainable=False)
+    ckpt2 = Checkpoint(step=step2)
+    again = CheckpointManager(
+        ckpt2, str(tmp_path), max_to_keep=2, step_counter=step2, checkpoint_interval=3
+    )
+    assert again.restore_or_initialize().endswith("ckpt-6.h5")
+    assert int(ckpt2.save_counter.numpy()) == 6 and int(step2.numpy()) == 21
+    step2.assign(22)
+    assert again.save() is None  # within the interval of the restored step
+    step2.assign(24)
+    assert again.save().endswith("ckpt-7.h5")
+
+
+def test_manager_step_counter_without_interval_numbers_by_save_counter(tmp_path):
+    # TF 2.21: step_counter=5 without an interval -> ckpt-1, ckpt-2 (the step is not the name).
+    step = hd.get_strategy().Variable(np.int64(5), trainable=False)
+    manager = CheckpointManager(Checkpoint(step=step), str(tmp_path), None, step_counter=step)
+    assert os.path.basename(manager.save()) == "ckpt-1.h5"
+    assert os.path.basename(manager.save()) == "ckpt-2.h5"
 
 
 def test_manager_state_survives_and_restores(tmp_path):

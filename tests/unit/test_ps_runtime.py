@@ -20,6 +20,7 @@ from mpi4py import MPI
 
 import hpcdist as hd
 from hpcdist.errors import ClusterConfigError
+from hpcdist.settings import get_settings
 from hpcdist.strategies.ps import functions
 from hpcdist.strategies.ps.functions import FunctionCache, WorkerFunctions
 from hpcdist.strategies.ps.runtime import (
@@ -281,3 +282,15 @@ def test_package_modules_import_only_modules_below_them(module):
                     f"ps.{module} (line {node.lineno}) imports ps.{imported}; expected only "
                     f"modules below it: {sorted(below) or 'none'}"
                 )
+
+
+def test_roles_error_does_not_ask_for_a_num_ps_already_set(monkeypatch):
+    monkeypatch.setenv("HPCDIST_NUM_PS", "1")
+    get_settings(refresh=True)
+    try:
+        with pytest.raises(ClusterConfigError, match=r"HPCDIST_NUM_PS=1 applies only") as info:
+            _Roles.from_tasks([("worker", 0), ("ps", 0), ("worker", 1)])
+        assert "set HPCDIST_NUM_PS" not in str(info.value)
+    finally:
+        monkeypatch.delenv("HPCDIST_NUM_PS")
+        get_settings(refresh=True)

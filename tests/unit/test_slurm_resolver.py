@@ -4,6 +4,7 @@ import pytest
 
 from hpcdist.cluster import ClusterSpec, SlurmClusterResolver
 from hpcdist.errors import ClusterConfigError
+from hpcdist.settings import get_settings
 
 
 @pytest.fixture
@@ -219,3 +220,37 @@ def test_task_counts_from_the_job_must_match_the_step_too(slurm_env):
     )
     with pytest.raises(ClusterConfigError, match=r"SLURM_TASKS_PER_NODE='2\(x2\)' .* 4 tasks"):
         SlurmClusterResolver()
+
+
+@pytest.fixture
+def num_ps(monkeypatch):
+    """Set HPCDIST_NUM_PS for one test (settings are read again before and after)."""
+
+    def set_num_ps(value):
+        monkeypatch.setenv("HPCDIST_NUM_PS", value)
+        get_settings(refresh=True)
+
+    yield set_num_ps
+    monkeypatch.delenv("HPCDIST_NUM_PS", raising=False)
+    get_settings(refresh=True)
+
+
+def test_num_ps_gives_the_parameter_server_layout(slurm_env, num_ps):
+    # The layout ParameterServerStrategy() builds from HPCDIST_NUM_PS: chief 0, ps 1..n, workers.
+    slurm_env(
+        SLURM_PROCID="1",
+        SLURM_STEP_NUM_TASKS="4",
+        SLURM_STEP_TASKS_PER_NODE="2(x2)",
+        SLURM_STEP_NODELIST="n[1-2]",
+    )
+    num_ps("1")
+    r = SlurmClusterResolver(auto_set_gpu=False)
+    assert (r.task_type, r.task_id) == ("ps", 0)
+    assert r.cluster_spec() == ClusterSpec(
+        {"chief": ["n1:8888"], "ps": ["n1:8889"], "worker": ["n2:8888", "n2:8889"]}
+    )
+    # Explicit jobs win over HPCDIST_NUM_PS.
+    assert SlurmClusterResolver(jobs={"worker": 4}, auto_set_gpu=False).task_type == "worker"
+    num_ps("3")
+    with pytest.raises(ClusterConfigError, match="HPCDIST_NUM_PS=3 leaves no worker among 4"):
+        SlurmClusterResolver(auto_set_gpu=False)

@@ -74,6 +74,94 @@ def test_zero_and_one_item_master(tf_config):
     assert TFConfigClusterResolver().master() == ""
 
 
+TWO_WORKERS = {"worker": ["w0:1", "w1:1"]}
+MASTER_CALLS = [
+    ((), {}),
+    ((), {"rpc_layer": "grpc+verbs"}),
+    (("worker", 0), {}),
+    (("worker", 0), {"rpc_layer": "http"}),
+]
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        # Expected values: TF 2.21's TFConfigClusterResolver.master() for the same TF_CONFIG
+        # and calls (checked by running TF). session_master wins, exactly as given.
+        (
+            {
+                "cluster": TWO_WORKERS,
+                "task": {"type": "worker", "index": 1},
+                "session_master": "sm:3333",
+            },
+            ["sm:3333"] * 4,
+        ),
+        (
+            {
+                "cluster": TWO_WORKERS,
+                "task": {"type": "worker", "index": 1},
+                "session_master": "sm:3333",
+                "rpc_layer": "grpc",
+            },
+            ["sm:3333"] * 4,
+        ),
+        (
+            {"cluster": TWO_WORKERS, "task": {"type": "worker", "index": 1}, "session_master": ""},
+            [""] * 4,
+        ),
+        # One task in the cluster, or no cluster: "" even for a named task or an rpc layer.
+        (
+            {
+                "cluster": {"worker": ["w0:1"]},
+                "task": {"type": "worker", "index": 0},
+                "rpc_layer": "grpc",
+            },
+            [""] * 4,
+        ),
+        ({"cluster": {}}, [""] * 4),
+        (None, [""] * 4),
+        # Several tasks: the task's address, the rpc layer always prefixed.
+        (
+            {"cluster": TWO_WORKERS, "task": {"type": "worker", "index": 1}, "rpc_layer": "grpc"},
+            ["grpc://w1:1", "grpc+verbs://w1:1", "grpc://w0:1", "http://w0:1"],
+        ),
+        (
+            {
+                "cluster": {"worker": ["grpc://w0:1", "w1:1"]},
+                "task": {"type": "worker", "index": 0},
+                "rpc_layer": "grpc",
+            },
+            [
+                "grpc://grpc://w0:1",
+                "grpc+verbs://grpc://w0:1",
+                "grpc://grpc://w0:1",
+                "http://grpc://w0:1",
+            ],
+        ),
+        # Several tasks and no task: TF raises ValueError unless a task is named.
+        ({"cluster": TWO_WORKERS}, [ValueError, ValueError, "w0:1", "http://w0:1"]),
+    ],
+)
+def test_master_follows_tf(tf_config, monkeypatch, config, expected):
+    if config is None:
+        monkeypatch.delenv("TF_CONFIG", raising=False)
+    else:
+        tf_config(config)
+    r = TFConfigClusterResolver()
+    for (args, kwargs), want in zip(MASTER_CALLS, expected, strict=True):
+        if want is ValueError:
+            with pytest.raises(ValueError, match="task_type=None, task_id=None"):
+                r.master(*args, **kwargs)
+        else:
+            assert r.master(*args, **kwargs) == want, (args, kwargs)
+
+
+def test_master_single_task_ignores_named_task(tf_config):
+    # TF 2.21: a one-task cluster gives "" even for master("chief", 0) of a chief-only cluster.
+    tf_config({"cluster": {"chief": ["c0:1"]}, "task": {"type": "chief", "index": 0}})
+    assert TFConfigClusterResolver().master("chief", 0) == ""
+
+
 def test_reread_on_every_access(tf_config):
     tf_config(BASE)
     r = TFConfigClusterResolver()

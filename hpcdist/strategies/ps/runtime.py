@@ -39,6 +39,7 @@ from hpcdist.core.autodiff import Tensor
 from hpcdist.core.variables import Variable
 from hpcdist.data.nest import map_structure
 from hpcdist.errors import ClusterConfigError, OutOfRangeError, UnavailableError
+from hpcdist.settings import get_settings
 from hpcdist.strategies.values import DistributedValues
 
 __all__ = [
@@ -186,18 +187,28 @@ class _Roles:
         for rank, (role, index) in enumerate(tasks):
             by_role.setdefault(role, []).append((index, rank))
         jobs = {role: len(v) for role, v in sorted(by_role.items())}
+        num_ps = get_settings().num_ps
+        if num_ps is None:
+            fix = (
+                "set HPCDIST_NUM_PS=<n> (rank 0 coordinates, ranks 1..n are ps) or give the "
+                "resolver jobs={'chief': 1, 'ps': n, 'worker': m}"
+            )
+        else:
+            fix = (
+                f"HPCDIST_NUM_PS={num_ps} applies only to resolvers built without jobs; give "
+                f"this resolver jobs={{'chief': 1, 'ps': {num_ps}, 'worker': m}}"
+            )
         chief = by_role.get("chief", [])
         if len(chief) != 1:
             raise ClusterConfigError(
                 "ParameterServerStrategy needs exactly one chief task (the coordinator), got "
-                f"jobs {jobs}; set HPCDIST_NUM_PS=<n> (rank 0 coordinates, ranks 1..n are ps) "
-                "or give the resolver jobs={'chief': 1, 'ps': n, 'worker': m}"
+                f"jobs {jobs}; {fix}"
             )
         for role in ("ps", "worker"):
             if not by_role.get(role):
                 raise ClusterConfigError(
                     f"ParameterServerStrategy needs at least one {role} task, got jobs {jobs} "
-                    f"({len(tasks)} ranks); set HPCDIST_NUM_PS or the resolver's jobs"
+                    f"({len(tasks)} ranks); {fix}"
                 )
         return cls(
             chief[0][1],
