@@ -31,7 +31,7 @@ from hpcdist.strategies.ps.variables import PSVariable, ShardedVariable
 from hpcdist.strategies.replica_context import ReplicaContext
 from hpcdist.strategies.strategy import Strategy, StrategyExtended, ValueContext
 from hpcdist.strategies.values import DistributedValues, Mirrored, PerReplica
-from hpcdist.strategies.variables import MirroredVariable, SyncOnReadVariable
+from hpcdist.strategies.variables import MirroredVariable, ReplicaCopy, SyncOnReadVariable
 
 __all__ = [
     "CentralStorageStrategy",
@@ -57,6 +57,7 @@ __all__ = [
     "RemoteValue",
     "RemoteValueStatus",
     "ReplicaContext",
+    "ReplicaCopy",
     "ShardedVariable",
     "Strategy",
     "StrategyExtended",

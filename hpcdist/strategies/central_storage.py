@@ -57,10 +57,16 @@ class CentralStorageStrategy(Strategy):
             this rank's GPU (several ranks), else ``cpu:0``.
         parameter_device: Where variables live in one process; default ``cpu:0``.
 
+    A variable is one value here, as TF's central-storage variables are: its
+    `experimental_local_results` is the variable itself, and `reduce` treats it as a
+    non-distributed value.
+
     Raises:
         ValueError: The ranks span more than one node (use `MultiWorkerMirroredStrategy`), or a
             device name is malformed.
     """
+
+    variables_per_replica = False
 
     def __init__(
         self, compute_devices: Sequence[str] | None = None, parameter_device: str | None = None

@@ -16,7 +16,14 @@ from hpcdist.utils.split import balanced_bounds
 if TYPE_CHECKING:
     from hpcdist.strategies.strategy import Strategy
 
-__all__ = ["DatasetsFromFunction", "DistributedDataset", "DistributedIterator", "Optional"]
+__all__ = [
+    "DatasetsFromFunction",
+    "DistributedDataset",
+    "DistributedIterator",
+    "Optional",
+    "PerReplicaIterator",
+    "empty_batch",
+]
 
 
 def balanced_split(rows: int, parts: int) -> list[tuple[int, int]]:
@@ -178,7 +185,15 @@ class DistributedDataset:
 
 
 class DatasetsFromFunction:
-    """Per-worker datasets built by ``dataset_fn(InputContext)``; elements are per replica."""
+    """Per-worker datasets built by ``dataset_fn(InputContext)``; elements are per replica.
+
+    Each step gives the worker's local replicas its next elements, one each, in replica order.
+    When the datasets run out unevenly (3 batches over 2 replicas), the step goes on while any
+    replica on any worker still has an element, and the replicas without one get an empty
+    batch: zero rows, the trailing shape and dtype of the worker's last element (TF's partial
+    batch). The iteration stops, on every worker at the same step, once no replica has an
+    element left. See `PerReplicaIterator` for the details that follow TF.
+    """
 
     def __init__(self, strategy: Strategy, dataset_fn: Callable[..., Any], options: Any = None):
         ext = strategy.extended
@@ -191,18 +206,114 @@ class DatasetsFromFunction:
         self._dataset = dataset_fn(self.input_context)
         self._options = options
 
-    def __iter__(self) -> DistributedIterator:
-        local = self._strategy.extended.local_replicas
-        source = iter(self._dataset)
+    def __iter__(self) -> PerReplicaIterator:
+        return PerReplicaIterator(self._strategy, iter(self._dataset))
 
-        def grouped() -> Iterator[list[Any]]:
-            while True:
-                group = []
-                for _ in range(local):
-                    try:
-                        group.append(next(source))
-                    except StopIteration:
-                        return
-                yield group
 
-        return DistributedIterator(self._strategy, grouped(), lambda group: group)
+def _groups(source: Iterator[Any], size: int) -> Iterator[list[Any]]:
+    """Consecutive groups of ``size`` elements of ``source``; the last may be shorter."""
+    while True:
+        group = []
+        for _ in range(size):
+            try:
+                group.append(next(source))
+            except StopIteration:
+                if group:
+                    yield group
+                return
+        yield group
+
+
+def empty_batch(element: Any) -> Any:
+    """An element like ``element`` with no rows: each array leaf ``(0, *shape[1:])``.
+
+    A leaf without a batch dimension (a scalar) becomes a zero of its dtype, as TF's dummy
+    values do; None leaves stay None.
+    """
+
+    def empty(leaf: Any) -> Any:
+        if leaf is None:
+            return None
+        array = np.asarray(leaf)
+        shape = (0, *array.shape[1:]) if array.ndim else ()
+        return np.zeros(shape, array.dtype)
+
+    return map_structure(empty, element)
+
+
+def _batched(element: Any) -> bool:
+    """Whether some leaf of ``element`` has a dimension that an empty batch can set to 0."""
+    return any(leaf is not None and np.ndim(leaf) > 0 for leaf in flatten(element))
+
+
+class PerReplicaIterator(DistributedIterator):
+    """`DistributedIterator` of `DatasetsFromFunction`: pads uneven ends with empty batches.
+
+    TF's rules (its partial batch handling):
+
+    - A step happens while at least one replica, on any worker, has an element; the replicas
+      that have none get `empty_batch` of this worker's latest element (so the same trailing
+      shape and dtype). A worker that never had an element takes the empty batch from one that
+      did (one small object all-gather, only on such a step).
+    - Workers agree on every step (one small all-reduce of how many replicas have data), so all
+      stop together, after the longest dataset.
+    - With one worker, elements that are all scalars (no batch dimension, TF's "statically
+      shaped" case) are not padded: a step that cannot give every replica an element ends the
+      iteration, as TF's does. Across workers TF pads them with zeros, and so does this.
+    """
+
+    def __init__(self, strategy: Strategy, source: Iterator[Any]) -> None:
+        self._local = strategy.extended.local_replicas
+        super().__init__(strategy, _groups(source, self._local), list)
+        self._latest: Any = None  # this worker's latest element: what empty batches look like
+        self._seen = False
+
+    def _fetch(self) -> tuple[bool, Any]:
+        if self._exhausted:
+            return False, None
+        group = next(self._source, [])
+        if group:
+            self._latest, self._seen = group[-1], True
+        short = len(group) < self._local
+        need = int(short and not self._seen)  # padding needed, but nothing to pad like
+        comm = self._strategy.extended.communicator
+        several = comm is not None and comm.size > 1
+        total = len(group)
+        if several:
+            total, need = (
+                int(x) for x in comm.allreduce(np.array([total, need], np.int64), ReduceOp.SUM)
+            )
+        if total == 0 or (short and not several and not _batched(self._latest)):
+            self._exhausted = True
+            return False, None
+        if need:  # some worker has had no element yet: take the empty batch from one that has
+            mine = empty_batch(self._latest) if self._seen else None
+            offered = [x for x in comm.allgather_object((self._seen, mine)) if x[0]]
+            if not self._seen:
+                self._latest, self._seen = offered[0][1], True
+        if short:
+            group += [empty_batch(self._latest) for _ in range(self._local - len(group))]
+        self.steps += 1
+        if self._local == 1:
+            return True, group[0]
+        return True, map_structure(lambda *parts: PerReplica(parts), *group)
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        """Move to a saved position: skip ahead on the source (no communication).
+
+        A source that ran out before that position stays exhausted (its replicas get empty
+        batches while other workers go on).
+
+        Raises:
+            ValueError: The iterator is already past that position.
+        """
+        target = int(np.asarray(state["steps"]))
+        if target < self.steps:
+            raise ValueError(
+                f"cannot rewind a distributed iterator from step {self.steps} to {target}"
+            )
+        while self.steps < target:
+            group = next(self._source, [])
+            if group:
+                self._latest, self._seen = group[-1], True
+            self.steps += 1

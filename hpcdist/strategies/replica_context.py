@@ -108,16 +108,23 @@ def _check_axis(axis: int, ndim: int) -> int:
 
 
 def _merge_all_reduce(strategy: Strategy, op: ReduceOp, value: Any) -> Any:
-    """Cross-replica half of `ReplicaContext.all_reduce` with several local replicas."""
+    """Cross-replica half of `ReplicaContext.all_reduce` with several local replicas.
+
+    A value that every local replica passed as the same object arrives here non-distributed
+    and counts as one replica's value, as in TF (SUM and MEAN of it give it back).
+    """
     per_replica = local_results(value)
     structure = per_replica[0]
     columns = list(zip(*(flatten(v) for v in per_replica), strict=True))
     partials = [
         strategy._local_combine(op, PerReplica([np.asarray(c) for c in col])) for col in columns
     ]
-    reduced = strategy._cross_worker(op, partials)
+    reduced = strategy._cross_worker(op, partials, [len(per_replica)] * len(partials))
     return PerReplica(
-        [pack_sequence_as(structure, [r.copy() for r in reduced]) for _ in per_replica]
+        [
+            pack_sequence_as(structure, [r.copy() for r in reduced])
+            for _ in range(strategy.extended.local_replicas)
+        ]
     )
 
 
@@ -127,5 +134,8 @@ def _merge_all_gather(strategy: Strategy, value: Any, axis: int) -> Any:
     columns = list(zip(*(flatten(v) for v in per_replica), strict=True))
     gathered = [strategy.gather(PerReplica([np.asarray(c) for c in col]), axis) for col in columns]
     return PerReplica(
-        [pack_sequence_as(per_replica[0], [g.copy() for g in gathered]) for _ in per_replica]
+        [
+            pack_sequence_as(per_replica[0], [g.copy() for g in gathered])
+            for _ in range(strategy.extended.local_replicas)
+        ]
     )

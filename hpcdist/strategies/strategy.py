@@ -24,7 +24,11 @@ from hpcdist.strategies.input import DatasetsFromFunction, DistributedDataset
 from hpcdist.strategies.mirrored_run import run_local_replicas
 from hpcdist.strategies.replica_context import ReplicaContext, _check_axis
 from hpcdist.strategies.values import DistributedValues, PerReplica, local_results
-from hpcdist.strategies.variables import create_variable
+from hpcdist.strategies.variables import (
+    MirroredVariable,
+    SyncOnReadVariable,
+    create_variable,
+)
 from hpcdist.utils.xp import as_array, device_scope, to_numpy
 
 __all__ = ["Strategy", "StrategyExtended", "ValueContext"]
@@ -89,8 +93,18 @@ class StrategyExtended:
     def batch_reduce_to(self, reduce_op: ReduceOp | str, value_destination_pairs: Any) -> list:
         """`reduce_to` for several ``(value, destinations)`` pairs, fused into one collective."""
         op = ReduceOp.parse(reduce_op)
-        partials = [self._strategy._local_combine(op, v) for v, _ in value_destination_pairs]
-        return self._strategy._cross_worker(op, partials)
+        strategy = self._strategy
+        partials, counts = [], []
+        for value, _ in value_destination_pairs:
+            parts = strategy._components(value)
+            # TF: a non-distributed value counts as one replica's value (MEAN returns it).
+            if parts is None:
+                partials.append(as_array(value))
+                counts.append(1)
+            else:
+                partials.append(strategy._local_combine(op, PerReplica(parts)))
+                counts.append(len(parts))
+        return strategy._cross_worker(op, partials, counts)
 
     def update(
         self, var: Any, fn: Callable[..., Any], args: tuple = (), kwargs: dict | None = None
@@ -105,6 +119,10 @@ class Strategy:
     extended: StrategyExtended
     #: Variables are plain single-copy `Variable` objects (default and one-device strategies).
     single_copy_variables = False
+    #: `experimental_local_results`, `reduce` and `gather` see this strategy's `MirroredVariable`
+    #: and `SyncOnReadVariable` as their per-replica copies (TF's mirrored strategies); when
+    #: False a variable is one value, like any non-distributed value (TF's central storage).
+    variables_per_replica = True
 
     def Variable(  # noqa: N802 - TF's name
         self,
@@ -204,15 +222,25 @@ class Strategy:
     def experimental_local_results(self, value: Any) -> tuple[Any, ...]:
         """The components of ``value`` on this worker's replicas, one per local replica.
 
-        A structure (tuple, dict) of per-replica values gives one structure per replica.
+        A `PerReplica` or `Mirrored` value gives its components; a `MirroredVariable` or
+        `SyncOnReadVariable` gives one `ReplicaCopy` per local replica (TF's component
+        variables; under `CentralStorageStrategy` a variable is one value, as in TF); a
+        structure (tuple, dict) holding such values gives one structure per replica; any other
+        value gives ``(value,)``.
         """
-        if isinstance(value, DistributedValues):
-            return value.values
+        parts = self._components(value, copies=True)
+        if parts is not None:
+            return tuple(parts)
         leaves = flatten(value)
-        if not any(isinstance(leaf, DistributedValues) for leaf in leaves):
+        if all(self._components(leaf) is None for leaf in leaves):
             return (value,)
+
+        def component(leaf: Any, index: int) -> Any:
+            leaf_parts = self._components(leaf, copies=True)
+            return leaf if leaf_parts is None else leaf_parts[index]
+
         return tuple(
-            map_structure(lambda v, i=i: _select(v, i), value)
+            map_structure(lambda v, i=i: component(v, i), value)
             for i in range(self.extended.local_replicas)
         )
 
@@ -223,6 +251,23 @@ class Strategy:
 
     # -- cross-replica reductions ----------------------------------------------------------
 
+    def _components(self, value: Any, copies: bool = False) -> tuple[Any, ...] | None:
+        """The local replicas' components of a distributed ``value``; None for any other value.
+
+        Distributed values are `PerReplica`/`Mirrored` values and, where
+        `variables_per_replica`, this strategy's distributed variables: their live arrays, or
+        with ``copies`` their `ReplicaCopy` variables.
+        """
+        if isinstance(value, DistributedValues):
+            return value.values
+        if (
+            self.variables_per_replica
+            and isinstance(value, (MirroredVariable, SyncOnReadVariable))
+            and value.distribute_strategy is self
+        ):
+            return value._replica_copies() if copies else value.values
+        return None
+
     def _local_combine(self, op: ReduceOp, value: Any) -> np.ndarray:
         """Combine the local replicas' values (SUM for MEAN: the division comes later)."""
         parts = local_results(value)
@@ -231,7 +276,14 @@ class Strategy:
         wire = ReduceOp.SUM if op is ReduceOp.MEAN else op
         return self.extended.cross_device_ops.reduce(wire, PerReplica(parts)).values[0]
 
-    def _cross_worker(self, op: ReduceOp, partials: list[np.ndarray]) -> list[np.ndarray]:
+    def _cross_worker(
+        self, op: ReduceOp, partials: list[np.ndarray], counts: list[int] | None = None
+    ) -> list[np.ndarray]:
+        """Reduce each worker's partial results; MEAN divides by the values that went in.
+
+        ``counts[i]`` is how many values each worker combined into ``partials[i]`` (default: its
+        local replicas).
+        """
         comm = self.extended.communicator
         wire = ReduceOp.SUM if op is ReduceOp.MEAN else op
         if comm is None:
@@ -241,8 +293,12 @@ class Strategy:
         else:
             out = comm.grouped_allreduce(partials, wire)
         if op is ReduceOp.MEAN:
-            n = self.num_replicas_in_sync
-            out = [o / n if o.dtype.kind in "fc" else o // n for o in out]
+            counts = counts or [self.extended.local_replicas] * len(out)
+            workers = self.extended.num_workers
+            out = [
+                o / (c * workers) if o.dtype.kind in "fc" else o // (c * workers)
+                for o, c in zip(out, counts, strict=True)
+            ]
         return out
 
     def _agree(self, error: Exception | None) -> None:
@@ -263,16 +319,35 @@ class Strategy:
         the concatenation along ``axis``, MEAN the mean of all elements along it over all
         replicas (correct for uneven batches), MIN/MAX the extreme along it.
 
+        A non-distributed value (an array, a number; a variable of a single-copy strategy or
+        of `CentralStorageStrategy`) stands for the same value on each of this worker's
+        replicas, as in TF: with ``axis=None``, MEAN (MIN, MAX) returns it, and SUM returns it
+        with one local replica but raises `ValueError` with several (an all-zero value gives
+        zeros); across several workers it is each worker's value, reduced over the workers.
+        With an axis it counts once per local replica (SUM of ``[1, 2]`` over 2 replicas: 6).
+        A `MirroredVariable` reduces to its value with MEAN, MIN or MAX; SUM with
+        ``axis=None`` raises `ValueError` (TF refuses both).
+
         Raises:
             ValueError: The op is not SUM, MEAN, MIN or MAX, or the axis is out of range
-                (raised on every worker).
+                (raised on every worker); SUM of a non-distributed value over several local
+                replicas or of a `MirroredVariable`, with ``axis=None``.
         """
         op = ReduceOp.parse(reduce_op)
         if op not in _STRATEGY_OPS:
             raise ValueError(f"strategy.reduce supports SUM, MEAN, MIN and MAX, got {op.name}")
-        if axis is None:  # combined where the values live (GPU replicas: on the GPUs)
-            return to_numpy(self._cross_worker(op, [self._local_combine(op, value)])[0])
-        parts = [to_numpy(v) for v in local_results(value)]
+        parts = self._components(value)
+        if axis is None:
+            if parts is None:
+                return self._reduce_plain(op, value)
+            if isinstance(value, MirroredVariable):
+                return self._reduce_mirrored_variable(op, value)
+            # combined where the values live (GPU replicas: on the GPUs)
+            return to_numpy(self._cross_worker(op, [self._local_combine(op, PerReplica(parts))])[0])
+        # With an axis a non-distributed value counts once per local replica (TF runs the
+        # per-replica sum on each replica, then reduces those).
+        copies = 1 if parts is not None else self.extended.local_replicas
+        parts = [to_numpy(v) for v in (parts if parts is not None else (value,))]
         error = None
         try:
             axes = [_check_axis(axis, p.ndim) for p in parts]
@@ -280,7 +355,7 @@ class Strategy:
             error = exc
         self._agree(error)
         if op is ReduceOp.SUM:
-            local = sum(p.sum(axis=a) for p, a in zip(parts, axes, strict=True))
+            local = sum(p.sum(axis=a) for p, a in zip(parts, axes, strict=True)) * copies
             return self._cross_worker(op, [np.asarray(local)])[0]
         if op is ReduceOp.MEAN:
             total = sum(p.sum(axis=a, dtype=np.float64) for p, a in zip(parts, axes, strict=True))
@@ -297,9 +372,51 @@ class Strategy:
         ]
         return self._cross_worker(op, [self._local_combine(op, PerReplica(local))])[0]
 
+    def _reduce_plain(self, op: ReduceOp, value: Any) -> np.ndarray:
+        """`reduce` of a non-distributed value with ``axis=None`` (TF's rule, see `reduce`)."""
+        ext = self.extended
+        array = as_array(value)
+        if op is ReduceOp.SUM and ext.local_replicas > 1:
+            host = to_numpy(array)
+            if not host.any():  # TF: an all-zero value sums to zeros
+                return np.zeros(host.shape, host.dtype)
+            raise ValueError(
+                f"cannot SUM the non-distributed value {_short(host)} over the "
+                f"{ext.local_replicas} local replicas: it stands for the same value on every "
+                "replica, and TF raises ValueError for it too. Pass a per-replica value (what "
+                "strategy.run returns), use MEAN, or give an axis. A Python constant passed by "
+                "every replica to assign/assign_add of a SUM-aggregated variable is such a "
+                "value: pass an array made in each replica instead"
+            )
+        comm = ext.communicator
+        if comm is None:
+            return to_numpy(array).copy() if type(array) is np.ndarray else to_numpy(array)
+        # Several workers: each worker's value is that of its replicas (TF's rule).
+        wire = ReduceOp.SUM if op is ReduceOp.MEAN else op
+        out = to_numpy(comm.allreduce(array, wire))
+        if op is ReduceOp.MEAN:
+            n = ext.num_workers
+            out = out / n if out.dtype.kind in "fc" else out // n
+        return out
+
+    def _reduce_mirrored_variable(self, op: ReduceOp, var: MirroredVariable) -> np.ndarray:
+        """`reduce` of a `MirroredVariable` with ``axis=None``: its value (its copies agree)."""
+        if op is ReduceOp.SUM:
+            raise ValueError(
+                f"cannot SUM mirrored variable {var.name!r} across replicas: its copies are "
+                "identical, and TF refuses it too. Use MEAN for its value, or reduce "
+                "per-replica values"
+            )
+        return to_numpy(var.values[0]).copy()
+
     def gather(self, value: Any, axis: int) -> np.ndarray:
-        """Concatenate every replica's value along ``axis`` (sizes along it may differ)."""
-        parts = [to_numpy(v) for v in local_results(value)]
+        """Concatenate every replica's value along ``axis`` (sizes along it may differ).
+
+        A distributed variable gives its copies; a non-distributed value is this worker's
+        value once (TF's rule).
+        """
+        parts = self._components(value)
+        parts = [to_numpy(v) for v in (parts if parts is not None else (value,))]
         error = None
         try:
             ax = _check_axis(axis, parts[0].ndim)
@@ -324,7 +441,12 @@ class Strategy:
     def distribute_datasets_from_function(
         self, dataset_fn: Callable[..., Any], options: Any = None
     ):
-        """Call ``dataset_fn(InputContext)`` once on this worker; its batches are per replica."""
+        """Call ``dataset_fn(InputContext)`` once on this worker; its batches are per replica.
+
+        Uneven ends give empty batches to the replicas that ran out, until no replica on any
+        worker has data (TF's partial batches; see
+        `hpcdist.strategies.input.PerReplicaIterator`).
+        """
         return DatasetsFromFunction(self, dataset_fn, options)
 
 
@@ -348,3 +470,9 @@ def _identity(op: ReduceOp, dtype: np.dtype) -> Any:
 
 def _drop(shape: tuple[int, ...], axis: int) -> tuple[int, ...]:
     return shape[:axis] + shape[axis + 1 :]
+
+
+def _short(value: np.ndarray) -> str:
+    """``value`` for an error message, cut to one short line."""
+    text = " ".join(np.array2string(value, threshold=8).split())
+    return text if len(text) <= 60 else text[:57] + "..."

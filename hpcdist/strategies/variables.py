@@ -8,7 +8,6 @@ one replica in sync raises `ValueError` instead of letting the copies diverge si
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -30,7 +29,7 @@ from hpcdist.utils.xp import as_array, to_numpy
 if TYPE_CHECKING:
     from hpcdist.strategies.strategy import Strategy
 
-__all__ = ["MirroredVariable", "SyncOnReadVariable", "create_variable"]
+__all__ = ["MirroredVariable", "ReplicaCopy", "SyncOnReadVariable", "create_variable"]
 
 
 class _DistributedVariable(Variable):
@@ -51,11 +50,18 @@ class _DistributedVariable(Variable):
         self.trainable = trainable
         self.synchronization = synchronization
         self.aggregation = aggregation
+        self._copies: tuple[ReplicaCopy, ...] | None = None
 
     @property
     def values(self) -> tuple[np.ndarray, ...]:
         """The local copies (live arrays, one per local replica)."""
         return tuple(s.read() for s in self._storage)
+
+    def _replica_copies(self) -> tuple[ReplicaCopy, ...]:
+        """One `ReplicaCopy` per local replica (the same objects on every call)."""
+        if self._copies is None:
+            self._copies = tuple(ReplicaCopy(self, i) for i in range(len(self._storage)))
+        return self._copies
 
     def _unique_storage(self) -> list[Storage]:
         """Each distinct copy once (central storage shares one copy among replicas)."""
@@ -76,6 +82,35 @@ class _DistributedVariable(Variable):
         return ctx.replica_id_in_sync_group - self._strategy._replica_ids()[0]
 
 
+class ReplicaCopy(Variable):
+    """One local replica's copy of a distributed variable (TF's component variable).
+
+    `Strategy.experimental_local_results` returns these for a `MirroredVariable` or a
+    `SyncOnReadVariable`. A copy is a plain `Variable` over that replica's storage: reading it
+    reads that copy in any context, and assigning it changes that copy only (as assigning a
+    component does in TF). Replica 0's copy has the variable's name, the others
+    ``"<name>/replica_<i>"``.
+
+    Args:
+        container: The distributed variable.
+        index: The local replica (0 to ``local_replicas - 1``).
+    """
+
+    def __init__(self, container: _DistributedVariable, index: int) -> None:
+        self._container = container
+        self._storage = [container._storage[index]]
+        self.name = container.name if index == 0 else f"{container.name}/replica_{index}"
+        self.trainable = container.trainable
+        self.synchronization = container.synchronization
+        self.aggregation = container.aggregation
+        self._device = container.distribute_strategy.extended.worker_devices[index]
+
+    @property
+    def device(self) -> str:
+        """The replica's device (``"cpu:1"``, ``"gpu:0"``)."""
+        return self._device
+
+
 class MirroredVariable(_DistributedVariable):
     """ON_WRITE: every replica holds the same value; updates are aggregated before writing."""
 
@@ -83,11 +118,23 @@ class MirroredVariable(_DistributedVariable):
         index = self._local_index()
         return self._storage[0 if index is None else index].read()
 
-    def _update(self, value: Any, apply: Callable[[Storage, np.ndarray], None], is_delta: bool):
-        value = as_array(value)
+    def _update(self, value: Any, is_delta: bool, negate: bool = False) -> None:
+        """Write (or add) ``value``, negated if ``negate``; aggregated in replica context.
+
+        In replica context the value goes to ``merge_call`` as the replica passed it, so that
+        every replica passing the same object (a Python constant, one array made outside
+        ``strategy.run``) gives a non-distributed value, as in TF: SUM aggregation of it over
+        several local replicas raises `ValueError`, MEAN keeps it (see `Strategy.reduce`).
+        """
         if self._local_index() is None:  # cross-replica context: same update on every copy
+            value = as_array(value, self.dtype if is_delta else None)
+            if negate:
+                value = -value
             for storage in self._unique_storage():
-                apply(storage, value)
+                if is_delta:
+                    storage.add(value)
+                else:
+                    storage.write(value)
             return
         n = self._strategy.num_replicas_in_sync
         if self.aggregation is VariableAggregation.NONE and n > 1:
@@ -98,21 +145,27 @@ class MirroredVariable(_DistributedVariable):
                 "context (e.g. inside merge_call)"
             )
         ctx = context.get_replica_context()
-        merged = ctx.merge_call(_merge_update, args=(self, value, is_delta))
-        del merged
+        ctx.merge_call(_merge_update, args=(self, value, is_delta, negate))
 
     def assign(self, value: Any, read_value: bool = True) -> Any:
         """Set the value (aggregated across replicas in replica context)."""
-        self._update(value, lambda s, v: s.write(v), is_delta=False)
+        self._update(value, is_delta=False)
         return self.read_value() if read_value else None
 
     def assign_add(self, delta: Any, read_value: bool = True) -> Any:
         """Add ``delta`` (aggregated across replicas in replica context)."""
-        self._update(as_array(delta, self.dtype), lambda s, v: s.add(v), is_delta=True)
+        self._update(delta, is_delta=True)
+        return self.read_value() if read_value else None
+
+    def assign_sub(self, delta: Any, read_value: bool = True) -> Any:
+        """Subtract ``delta`` (aggregated across replicas in replica context)."""
+        self._update(delta, is_delta=True, negate=True)
         return self.read_value() if read_value else None
 
 
-def _merge_update(strategy: Strategy, var: MirroredVariable, value: Any, is_delta: bool) -> None:
+def _merge_update(
+    strategy: Strategy, var: MirroredVariable, value: Any, is_delta: bool, negate: bool
+) -> None:
     """Cross-replica half of a replica-context update of a mirrored variable."""
     agg = var.aggregation
     if agg is VariableAggregation.ONLY_FIRST_REPLICA:
@@ -123,6 +176,8 @@ def _merge_update(strategy: Strategy, var: MirroredVariable, value: Any, is_delt
         op = ReduceOp.SUM if agg is VariableAggregation.SUM else ReduceOp.MEAN
         reduced = strategy.reduce(op, value, axis=None)
     reduced = to_numpy(reduced).astype(var.dtype, copy=False)
+    if negate:
+        reduced = -reduced
     for storage in var._unique_storage():
         if is_delta:
             storage.add(reduced)

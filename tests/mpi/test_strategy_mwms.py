@@ -120,17 +120,71 @@ def test_uneven_sources_stop_on_the_same_step(strategy):
         )
         return hd.data.Dataset.range(3 + ctx.input_pipeline_id).batch(1)  # rank-dependent length
 
+    n = strategy.num_replicas_in_sync
     steps = 0
-    for _ in strategy.distribute_datasets_from_function(dataset_fn):
-        assert strategy.reduce("sum", np.ones(1), axis=None)[0] == strategy.num_replicas_in_sync
+    for batch in strategy.distribute_datasets_from_function(dataset_fn):
+        assert strategy.reduce("sum", np.ones(1), axis=None)[0] == n
+        # TF: a worker that ran out gets empty batches until every worker has
+        assert batch.tolist() == ([steps] if steps < 3 + r else [])
         steps += 1
-    assert steps == 3
+    assert steps == 3 + n - 1  # the longest dataset, on every rank
+
+
+def test_workers_without_data_get_empty_batches_of_the_right_shape(strategy):
+    r = strategy.extended.worker_index
+
+    def dataset_fn(ctx):  # only rank 0 has data: the others never see an element
+        rows = 4 if ctx.input_pipeline_id == 0 else 0
+        x = np.ones((rows, 3), np.float32)
+        return hd.data.Dataset.from_tensor_slices((x, np.arange(rows, dtype=np.int32))).batch(2)
+
+    steps = 0
+    for x, y in strategy.distribute_datasets_from_function(dataset_fn):
+        if r == 0:
+            assert x.shape == (2, 3) and y.tolist() == [2 * steps, 2 * steps + 1]
+        else:  # values measured with TF 2.21 MultiWorkerMirroredStrategy on 2 workers
+            assert x.shape == (0, 3) and x.dtype == np.float32
+            assert y.shape == (0,) and y.dtype == np.int32
+        steps += 1
+    assert steps == 2
+
+
+def test_unbatched_elements_are_padded_with_zeros_across_workers(strategy):
+    r = strategy.extended.worker_index
+
+    def dataset_fn(ctx):  # scalars: TF pads them with a zero of their dtype across workers
+        return hd.data.Dataset.range(2 + ctx.input_pipeline_id)
+
+    got = [int(v) for v in strategy.distribute_datasets_from_function(dataset_fn)]
+    n = strategy.num_replicas_in_sync
+    assert got == list(range(2 + r)) + [0] * (n - 1 - r)
+
+
+def test_plain_values_and_variables_follow_tf(strategy):
+    n, r = strategy.num_replicas_in_sync, strategy.extended.worker_index
+    # A plain value is each worker's value: reduced over the workers (TF's MWMS).
+    value = np.array([1.0, 2.0]) * (r + 1)
+    total = sum(range(1, n + 1))
+    assert strategy.reduce("sum", value, axis=None).tolist() == [total, 2 * total]
+    assert np.allclose(strategy.reduce("mean", value, axis=None), [total / n, 2 * total / n])
+    assert strategy.reduce("sum", value, axis=0) == 3 * total
+    assert np.isclose(strategy.reduce("mean", value, axis=0), 3 * total / (2 * n))
+    with strategy.scope():
+        w = strategy.Variable([1.0, 2.0], name="w", aggregation=hd.VariableAggregation.MEAN)
+    (copy,) = strategy.experimental_local_results(w)  # TF: the component, not the variable
+    assert copy is not w and copy.name == "w" and copy.numpy().tolist() == [1.0, 2.0]
+    with pytest.raises(ValueError, match="cannot SUM mirrored variable 'w'"):
+        strategy.reduce("sum", w, axis=None)
+    assert strategy.reduce("mean", w, axis=None).tolist() == [1.0, 2.0]
 
 
 @pytest.mark.parametrize(
     "case",
     [
         cases.check_reduce_semantics,
+        cases.check_reduce_of_plain_values,
+        cases.check_reduce_of_variables,
+        cases.check_datasets_from_function_uneven,
         cases.check_mirrored_variable_table,
         cases.check_sync_on_read_table,
         cases.check_variable_errors,
@@ -174,7 +228,12 @@ def test_central_storage_one_copy_per_node():
     MPI.COMM_WORLD.Barrier()
     assert v.numpy()[0] == 123.0
     MPI.COMM_WORLD.Barrier()
-    for case in (cases.check_mirrored_variable_table, cases.check_sync_on_read_table):
+    for case in (
+        cases.check_mirrored_variable_table,
+        cases.check_sync_on_read_table,
+        cases.check_reduce_of_plain_values,
+        cases.check_reduce_of_variables,
+    ):
         case(s)
 
 

@@ -76,6 +76,31 @@ def test_run_args_and_reduce_single_replica():
         hd.OneDeviceStrategy("tpu")
 
 
+@pytest.mark.parametrize(
+    "make", [hd.get_strategy, lambda: hd.OneDeviceStrategy("cpu:0")], ids=["default", "one-device"]
+)
+def test_single_copy_strategies_follow_tf(make):
+    # Values measured with TF 2.21: one replica, a plain value is returned by SUM and MEAN.
+    s = make()
+    x = np.array([1, 2], np.int32)
+    for op in ("sum", "mean", "max"):
+        out = s.reduce(op, x, axis=None)
+        assert out.tolist() == [1, 2] and out.dtype == np.int32
+    assert s.reduce("sum", x, axis=0) == 3 and s.reduce("mean", x, axis=0) == 1.5
+    assert s.reduce("sum", 3.0, axis=None) == 3.0
+    with s.scope():
+        v = s.Variable([1.0, 2.0])
+        r = s.Variable(1.0, synchronization=hd.VariableSynchronization.ON_READ)
+    for var in (v, r):
+        (only,) = s.experimental_local_results(var)  # a plain variable: itself
+        assert only is var
+    assert s.reduce("sum", v, axis=None).tolist() == [1.0, 2.0]
+    assert s.reduce("mean", v, axis=0) == 1.5
+    assert s.gather(v, axis=0).tolist() == [1.0, 2.0]
+    batches = s.distribute_datasets_from_function(lambda ctx: hd.data.Dataset.range(5).batch(2))
+    assert [b.tolist() for b in batches] == [[0, 1], [2, 3], [4]]
+
+
 def test_distribute_dataset_single_replica():
     s = hd.OneDeviceStrategy("cpu:0")
     ds = hd.data.Dataset.range(7).batch(3)
