@@ -114,11 +114,7 @@ class DistributedIterator:
         Raises:
             ValueError: The iterator is already past that position.
         """
-        target = int(np.asarray(state["steps"]))
-        if target < self.steps:
-            raise ValueError(
-                f"cannot rewind a distributed iterator from step {self.steps} to {target}"
-            )
+        target = _forward_target(state, self.steps)
         while self.steps < target:
             next(self._source)
             self.steps += 1
@@ -307,13 +303,21 @@ class PerReplicaIterator(DistributedIterator):
         Raises:
             ValueError: The iterator is already past that position.
         """
-        target = int(np.asarray(state["steps"]))
-        if target < self.steps:
-            raise ValueError(
-                f"cannot rewind a distributed iterator from step {self.steps} to {target}"
-            )
+        target = _forward_target(state, self.steps)
         while self.steps < target:
             group = next(self._source, [])
             if group:
                 self._latest, self._seen = group[-1], True
             self.steps += 1
+
+
+def _forward_target(state: dict[str, Any], steps: int) -> int:
+    """The saved position of an iterator now at ``steps``.
+
+    Raises:
+        ValueError: The iterator is already past that position (iterators cannot rewind).
+    """
+    target = int(np.asarray(state["steps"]))
+    if target < steps:
+        raise ValueError(f"cannot rewind a distributed iterator from step {steps} to {target}")
+    return target

@@ -208,3 +208,19 @@ def test_bad_devices():
         hd.CentralStorageStrategy(parameter_device=f"gpu:{count}")
     # default: every visible GPU, else cpu:0
     assert hd.MirroredStrategy().num_replicas_in_sync == max(1, visible_gpu_count())
+
+
+@pytest.mark.parametrize("from_function", [False, True])
+def test_distributed_iterators_cannot_rewind(from_function):
+    s = hd.MirroredStrategy(["cpu:0", "cpu:1"])
+    dataset = hd.data.Dataset.range(8).batch(2)
+    dist = (
+        s.distribute_datasets_from_function(lambda ctx: dataset)
+        if from_function
+        else s.experimental_distribute_dataset(dataset)
+    )
+    it = iter(dist)
+    next(it)
+    next(it)
+    with pytest.raises(ValueError, match="cannot rewind a distributed iterator from step 2 to 1"):
+        it.restore_state({"steps": np.int64(1)})
