@@ -42,6 +42,10 @@ __all__ = [
 class Callback:
     """Base class; ``self.model`` is set by `Model.fit`. Every hook is optional."""
 
+    #: Whether ``on_train_batch_end`` reads its ``logs`` (computing them costs one small
+    #: all-reduce per step); None means: whenever the callback overrides that hook.
+    reads_batch_logs: bool | None = None
+
     def __init__(self) -> None:
         self.model: Any = None
         self.params: dict[str, Any] = {}
@@ -74,8 +78,8 @@ class CallbackList:
     """Dispatches every hook to several callbacks.
 
     Attributes:
-        wants_batch_logs: Some callback other than `ProgressBar` defines
-            ``on_train_batch_end``, so `Model.fit` computes the batch logs.
+        wants_batch_logs: Some callback reads the logs of ``on_train_batch_end``
+            (`Callback.reads_batch_logs`), so `Model.fit` computes them.
     """
 
     def __init__(self, callbacks: list[Callback], model: Any, params: dict[str, Any]) -> None:
@@ -84,8 +88,9 @@ class CallbackList:
             cb.set_model(model)
             cb.set_params(params)
         self.wants_batch_logs = any(
-            type(cb).on_train_batch_end is not Callback.on_train_batch_end
-            and not isinstance(cb, ProgressBar)
+            cb.reads_batch_logs
+            if cb.reads_batch_logs is not None
+            else type(cb).on_train_batch_end is not Callback.on_train_batch_end
             for cb in self.callbacks
         )
 
@@ -119,6 +124,8 @@ class ProgressBar(Callback):
         is_chief: Whether this process prints; by default the model's strategy decides.
         file: Stream to draw on.
     """
+
+    reads_batch_logs = False  # it counts steps; the epoch's logs go on the bar at its end
 
     def __init__(self, is_chief: bool | None = None, file: Any = None) -> None:
         super().__init__()
