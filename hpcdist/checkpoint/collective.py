@@ -2,13 +2,12 @@
 
 The chief writes, the others wait; a failure on any rank (the chief's write, a damaged file on
 one node) must become an error on every rank, not a rank waiting forever for a partner that
-raised. `agree` is that step: one small all-gather of fixed-size byte rows (array traffic, no
-pickle), under the communicator's deadline.
+raised. `agree` is that step: one small all-gather of every rank's outcome, under the
+communicator's deadline.
 """
 
 from __future__ import annotations
 
-import numpy as np
 from mpi4py import MPI
 
 from hpcdist.checkpoint.format import (
@@ -22,11 +21,8 @@ from hpcdist.strategies.ps.runtime import coordinator_only
 
 __all__ = ["agree", "checkpoint_communicator", "is_checkpoint_chief"]
 
-#: Bytes per rank in `agree`: a 4-byte header (kind, errno) and the error text, truncated.
-_ROW = 1024
-#: Error classes by the code `agree` sends (0: no error; an unknown error travels as 1).
+#: Error classes `agree` tells apart, most specific last (any other error travels as the first).
 _KINDS: tuple[type[CheckpointError], ...] = (
-    CheckpointError,
     CheckpointError,
     CheckpointCorruptError,
     CheckpointMismatchError,
@@ -74,31 +70,25 @@ def agree(comm: Communicator | None, error: BaseException | None, action: str) -
         if error is not None:
             raise error
         return
-    rows = comm.allgather(_encode(error)).reshape(comm.size, _ROW)
+    outcomes = comm.allgather_object(_outcome(error))
     if error is not None:
         raise error
-    failed = [r for r in range(comm.size) if rows[r, 0]]
+    failed = [r for r, outcome in enumerate(outcomes) if outcome is not None]
     if not failed:
         return
     first = failed[0]
-    kind, code = int(rows[first, 0]), int(rows[first, 1]) | int(rows[first, 2]) << 8
-    text = bytes(rows[first, 4:]).rstrip(b"\0").decode("utf-8", "replace")
+    kind, code, text = outcomes[first]
     others = f" (and rank(s) {failed[1:]})" if len(failed) > 1 else ""
     message = f"could not {action}: rank {first}{others} failed: {text}"
-    cls = _KINDS[kind] if kind < len(_KINDS) else CheckpointError
+    cls = _KINDS[kind]
     if cls is CheckpointWriteError:
         raise CheckpointWriteError(code, message, None)
     raise cls(message)
 
 
-def _encode(error: BaseException | None) -> np.ndarray:
-    """One row of `agree`: kind code, errno (two bytes), a spare byte, the error text."""
-    row = np.zeros((1, _ROW), np.uint8)
+def _outcome(error: BaseException | None) -> tuple[int, int, str] | None:
+    """What `agree` sends for this rank: None, or the error's kind, errno and text."""
     if error is None:
-        return row
-    kind = next((i for i in range(len(_KINDS) - 1, 1, -1) if isinstance(error, _KINDS[i])), 1)
-    code = getattr(error, "errno", None) or 0
-    text = f"{type(error).__name__}: {error}".encode("utf-8", "replace")[: _ROW - 4]
-    row[0, :4] = (kind, code & 0xFF, (code >> 8) & 0xFF, 0)
-    row[0, 4 : 4 + len(text)] = np.frombuffer(text, np.uint8)
-    return row
+        return None
+    kind = next((i for i in range(len(_KINDS) - 1, 0, -1) if isinstance(error, _KINDS[i])), 0)
+    return kind, getattr(error, "errno", None) or 0, f"{type(error).__name__}: {error}"
