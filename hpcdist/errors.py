@@ -7,11 +7,14 @@ sent, so that a failure on a large job can be read from any one rank's log.
 from __future__ import annotations
 
 __all__ = [
+    "AbortedError",
     "CancelledError",
     "ClusterConfigError",
     "CollectiveMismatchError",
     "DeadlineExceededError",
+    "FailedPreconditionError",
     "HpcdistError",
+    "InvalidArgumentError",
     "OutOfRangeError",
     "UnavailableError",
     "WorkerPreemptedError",
@@ -67,3 +70,16 @@ class WorkerPreemptedError(HpcdistError):
 
 class ClusterConfigError(HpcdistError, ValueError):
     """The cluster description (Slurm variables, `TF_CONFIG`, a hostlist, jobs) is invalid."""
+
+
+class AbortedError(HpcdistError):
+    """An operation was aborted (TF's ``AbortedError``); a monitored session re-creates itself."""
+
+
+class FailedPreconditionError(HpcdistError):
+    """The system is not in a state to run the operation (e.g. a variable read before a
+    session gave it a value; TF's ``FailedPreconditionError``)."""
+
+
+class InvalidArgumentError(HpcdistError, ValueError):
+    """An argument is invalid (TF's ``InvalidArgumentError``)."""

@@ -8,6 +8,10 @@ communicator's deadline.
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
+
 from mpi4py import MPI
 
 from hpcdist.checkpoint.format import (
@@ -19,7 +23,7 @@ from hpcdist.checkpoint.format import (
 from hpcdist.comm import Communicator, world
 from hpcdist.strategies.ps.runtime import coordinator_only
 
-__all__ = ["agree", "checkpoint_communicator", "is_checkpoint_chief"]
+__all__ = ["agree", "checkpoint_communicator", "is_checkpoint_chief", "local_checkpoints"]
 
 #: Error classes `agree` tells apart, most specific last (any other error travels as the first).
 _KINDS: tuple[type[CheckpointError], ...] = (
@@ -30,14 +34,40 @@ _KINDS: tuple[type[CheckpointError], ...] = (
 )
 
 
+class _Local(threading.local):
+    """How many `local_checkpoints` blocks this thread is inside."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+
+
+_local = _Local()
+
+
+@contextlib.contextmanager
+def local_checkpoints() -> Iterator[None]:
+    """Save and restore in this process alone, with no collective, inside the block.
+
+    `checkpoint_communicator` returns None in this thread while the block runs, so this
+    process writes and reads files without waiting for the other ranks (a TF1 chief saving
+    the graph's variables while the other workers train). Blocks nest; other threads are not
+    affected.
+    """
+    _local.depth += 1
+    try:
+        yield
+    finally:
+        _local.depth -= 1
+
+
 def checkpoint_communicator() -> Communicator | None:
     """The world communicator, or None on one rank and on a parameter-server coordinator.
 
     A parameter-server coordinator is the only rank running the program, so checkpoints there
-    use no collective. On more than one rank the first call creates hpcdist's world
-    communicator (collective then).
+    use no collective; nor do checkpoints inside `local_checkpoints` (this thread). On more
+    than one rank the first call creates hpcdist's world communicator (collective then).
     """
-    if coordinator_only():
+    if _local.depth or coordinator_only():
         return None
     if MPI.COMM_WORLD.Get_size() > 1:
         return world()

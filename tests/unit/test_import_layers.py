@@ -37,6 +37,7 @@ LAYERS = {
     "hpcdist.nn": 4,
     "hpcdist.info": 5,
     "hpcdist.cli": 5,
+    "hpcdist.compat": 5,
     "hpcdist.__main__": 5,
     "hpcdist": 5,
 }

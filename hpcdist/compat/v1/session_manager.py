@@ -1,0 +1,225 @@
+"""Session creation of a monitored session: scaffold, chief and worker session creators.
+
+The chief places the graph, initializes every variable (the shared ones on the ps tasks and
+its own), restores the newest checkpoint of ``checkpoint_dir`` over them, then publishes
+"ready" with a hash of the graph's ps variables in a header on ps 0. Other workers initialize
+their own variables and wait for that header (polling from 10 us to 10 ms, not TF's 30 s) up
+to ``max_wait_secs``; a different hash means a different graph, an error. No worker talks to
+another worker, so a finished chief never leaves one hanging.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from hpcdist.compat.v1.atomics import atomic_read, fetch_add
+from hpcdist.compat.v1.graph import GraphKeys, Operation, get_default_graph
+from hpcdist.compat.v1.placement import ps_task
+from hpcdist.compat.v1.saver import default_saver, latest_checkpoint
+from hpcdist.compat.v1.session import Session
+from hpcdist.errors import DeadlineExceededError
+from hpcdist.log import get_logger
+
+__all__ = ["ChiefSessionCreator", "Scaffold", "WorkerSessionCreator"]
+
+
+class Scaffold:
+    """What a session needs besides the graph: init ops, an init function, a saver.
+
+    Defaults are made by `finalize`.
+
+    Args:
+        init_op: Run by the chief after the default initialization, before a restore.
+        init_feed_dict: Feeds for ``init_op``.
+        init_fn: ``init_fn(scaffold, session)`` called after ``init_op``.
+        local_init_op: Run by every worker after its variables are initialized.
+        saver: The `Saver` restoring and saving (default: every global variable).
+        **kwargs: TF's other arguments (ready_op, summary_op, ...), accepted.
+    """
+
+    def __init__(
+        self,
+        init_op: Any = None,
+        init_feed_dict: Any = None,
+        init_fn: Any = None,
+        ready_op: Any = None,
+        ready_for_local_init_op: Any = None,
+        local_init_op: Any = None,
+        summary_op: Any = None,
+        saver: Any = None,
+        copy_from_scaffold: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        del ready_op, ready_for_local_init_op, summary_op, kwargs
+        if copy_from_scaffold is not None:
+            if not isinstance(copy_from_scaffold, Scaffold):
+                raise TypeError("copy_from_scaffold is not a Scaffold instance.")
+            init_op = init_op or copy_from_scaffold.init_op
+            init_feed_dict = init_feed_dict or copy_from_scaffold.init_feed_dict
+            init_fn = init_fn or copy_from_scaffold._user_init_fn
+            local_init_op = local_init_op or copy_from_scaffold.local_init_op
+            saver = saver or copy_from_scaffold.saver
+        self.init_op, self.init_feed_dict, self.local_init_op = (
+            init_op,
+            init_feed_dict,
+            local_init_op,
+        )
+        self._user_init_fn = init_fn
+        self.saver = saver
+        self.finalized = False
+
+    @property
+    def init_fn(self) -> Any:
+        """``init_fn`` bound to this scaffold: ``init_fn(session)``."""
+        if self._user_init_fn is None:
+            return None
+        return lambda session: self._user_init_fn(self, session)
+
+    def finalize(self) -> Scaffold:
+        """Create the default saver (once) and finalize the graph."""
+        if self.finalized:
+            return self
+        if self.saver is None:
+            self.saver = default_saver()
+        get_default_graph().finalize()
+        self.finalized = True
+        return self
+
+    @staticmethod
+    def default_local_init_op() -> Operation:
+        """An operation initializing ``LOCAL_VARIABLES``."""
+        local = get_default_graph().get_collection(GraphKeys.LOCAL_VARIABLES)
+        return Operation(lambda s: [v.assign(v.initial_value) for v in local], "local_init")
+
+
+class _Header:
+    """The ready word and graph hash at the start of ps 0's memory."""
+
+    def __init__(self, cluster: Any) -> None:
+        self._storage = [cluster.storage(0, 0, (2,), np.int64, "session_header")]
+
+    def publish(self, digest: int) -> None:
+        self._storage[0].write(np.array([atomic_read(self, 0), digest], np.int64))
+        fetch_add(self, 1, 0)
+
+    def wait(self, digest: int, max_wait_secs: float) -> None:
+        start, delay = time.monotonic(), 1e-5
+        while atomic_read(self, 0) == 0:
+            waited = time.monotonic() - start
+            if waited > max_wait_secs:
+                raise DeadlineExceededError(
+                    f"Session was not ready after waiting {int(max_wait_secs)} secs."
+                )
+            time.sleep(delay)
+            delay = min(2 * delay, 0.01)
+        found = int(self._storage[0].read()[1])
+        if found != digest:
+            raise ValueError(
+                f"this worker built a different graph than the chief: its parameter-server "
+                f"variables hash to {digest:#x}, the chief's to {found:#x}; every worker must "
+                "create the same variables (names, shapes, dtypes, devices) in the same order"
+            )
+
+
+def _shared(var: Any, cluster: Any) -> bool:
+    return cluster is not None and ps_task(var, len(cluster.ps_ranks)) is not None
+
+
+class _SessionCreator:
+    def __init__(self, scaffold: Scaffold | None, master: str, config: Any) -> None:
+        self.scaffold = scaffold or Scaffold()
+        self.master, self.config = master, config
+
+    def _session(self) -> Session:
+        self.scaffold.finalize()
+        return Session(self.master, config=self.config)
+
+    @staticmethod
+    def _init(variables: list[Any]) -> None:
+        for var in variables:
+            var.assign(var.initial_value, read_value=False)
+
+    def _local_init(self, sess: Session) -> None:
+        if self.scaffold.local_init_op is not None:
+            sess.run(self.scaffold.local_init_op)
+
+
+class ChiefSessionCreator(_SessionCreator):
+    """Initialize every variable, restore the newest checkpoint, publish "ready".
+
+    Args:
+        scaffold: The scaffold (default one).
+        master: Session target.
+        config: Accepted.
+        checkpoint_dir: Restore its newest checkpoint, if any.
+        checkpoint_filename_with_path: Restore this checkpoint instead.
+    """
+
+    def __init__(
+        self,
+        scaffold: Scaffold | None = None,
+        master: str = "",
+        config: Any = None,
+        checkpoint_dir: str | None = None,
+        checkpoint_filename_with_path: str | None = None,
+    ) -> None:
+        super().__init__(scaffold, master, config)
+        self.checkpoint_dir = checkpoint_dir
+        self.checkpoint_path = checkpoint_filename_with_path
+
+    def create_session(self) -> Session:
+        """A ready session."""
+        sess = self._session()
+        self._init(sess.graph.variables)
+        if self.scaffold.init_op is not None:
+            sess.run(self.scaffold.init_op, feed_dict=self.scaffold.init_feed_dict)
+        if self.scaffold.init_fn is not None:
+            self.scaffold.init_fn(sess)
+        path = self.checkpoint_path or (
+            latest_checkpoint(self.checkpoint_dir) if self.checkpoint_dir else None
+        )
+        if path:
+            get_logger().info("Restoring parameters from %s", path)
+            self.scaffold.saver.restore(sess, path)
+        self._local_init(sess)
+        if sess.cluster is not None and sess.placement.remote:
+            _Header(sess.cluster).publish(sess.placement.digest)
+        return sess
+
+
+class WorkerSessionCreator(_SessionCreator):
+    """Initialize this worker's own variables and wait for the chief's "ready".
+
+    Args:
+        scaffold: The scaffold.
+        master: Session target.
+        config: Accepted.
+        max_wait_secs: How long to wait for the chief.
+    """
+
+    def __init__(
+        self,
+        scaffold: Scaffold | None = None,
+        master: str = "",
+        config: Any = None,
+        max_wait_secs: float = 30 * 60,
+    ) -> None:
+        super().__init__(scaffold, master, config)
+        self.max_wait_secs = max_wait_secs
+
+    def create_session(self) -> Session:
+        """A ready session.
+
+        Raises:
+            DeadlineExceededError: The chief was not ready within ``max_wait_secs``.
+            ValueError: The chief built a different graph.
+        """
+        sess = self._session()
+        self._init([v for v in sess.graph.variables if not _shared(v, sess.cluster)])
+        if sess.cluster is not None and sess.placement.remote:
+            _Header(sess.cluster).wait(sess.placement.digest, self.max_wait_secs)
+        self._local_init(sess)
+        return sess
