@@ -77,8 +77,10 @@ class AbortedError(HpcdistError):
 
 
 class FailedPreconditionError(HpcdistError):
-    """The system is not in a state to run the operation (e.g. a variable read before a
-    session gave it a value; TF's ``FailedPreconditionError``)."""
+    """The system is not in a state to run the operation (TF's ``FailedPreconditionError``).
+
+    For example, a TF1 variable read before a session gave it a value.
+    """
 
 
 class InvalidArgumentError(HpcdistError, ValueError):
