@@ -233,3 +233,19 @@ def test_preempted_job_requeues_itself_and_finishes_like_an_uninterrupted_run(tm
     for key in a.files:
         if key.startswith("arr_"):
             assert np.array_equal(a[key], b[key]), key  # bitwise
+
+
+def test_sbatch_tf1_template_trains_then_continues(tmp_path):
+    """The TF1 trainer under srun: roles from the rank, exact last step, resubmit continues."""
+    logs = tmp_path / "logs"
+    first = _sbatch_wait("slurm/tf1-ps.sbatch", tmp_path / "a.out", {"CHECKPOINT_DIR": str(logs)})
+    for task in (0, 1):
+        assert f"worker {task} runs" in first and "global_step 200" in first, first
+    assert (logs / "model.ckpt-200.h5").exists()
+    again = _sbatch_wait(
+        "slurm/tf1-ps.sbatch",
+        tmp_path / "b.out",
+        {"CHECKPOINT_DIR": str(logs), "SCRIPT_ARGS": "--last_step=260"},
+    )
+    assert again.count("global_step 260") == 2, again
+    assert (logs / "model.ckpt-260.h5").exists()
