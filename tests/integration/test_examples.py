@@ -1,5 +1,6 @@
 """Every example runs under ``mpiexec -n 2`` (the tour on 1 and 3 ranks too; the
-parameter-server example, which needs a coordinator, ps and workers, on 3 and 5)."""
+parameter-server example, which needs a coordinator, ps and workers, on 3 and 5; the TF1
+trainer, 2 ps + 2 workers, at 4 ranks in tests/integration/test_tf1_jobs.py)."""
 
 from pathlib import Path
 
@@ -8,7 +9,10 @@ import pytest
 from tests.helpers import ROOT, run_mpi
 
 PS_EXAMPLE = "parameter_server.py"
-EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.py") if p.name != PS_EXAMPLE)
+TF1_EXAMPLE = "tf1_trainer.py"
+EXAMPLES = sorted(
+    p.name for p in (ROOT / "examples").glob("*.py") if p.name not in (PS_EXAMPLE, TF1_EXAMPLE)
+)
 
 
 @pytest.mark.parametrize("name", EXAMPLES)

@@ -4,9 +4,11 @@ Sessions are created by `hpcdist.compat.v1.session_manager` (the chief initializ
 restores and publishes "ready"; the other workers wait for it).
 
 ``run`` calls the hooks around each run, and re-creates the session after an
-`AbortedError`/`UnavailableError` (the chief restores again). The session's step bound, the
-smallest ``last_step`` of its hooks, keeps train ops from passing the last step (exact
-`StopAtStepHook`).
+`AbortedError`/`UnavailableError` (the chief restores again); ``run_step_fn`` then runs the
+whole step function again. `SingularMonitoredSession` does not recover (TF's
+``should_recover=False``). The session's step bound, the smallest ``last_step`` of its hooks,
+keeps train ops from passing the last step (exact `StopAtStepHook`). A graph the session
+finalized is unfinalized again when it closes, as in TF.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import inspect
 from typing import Any
 
 from hpcdist.compat.v1.graph import get_default_graph
-from hpcdist.compat.v1.hooks import CheckpointSaverHook, StepCounterHook
+from hpcdist.compat.v1.hooks import CheckpointSaverHook, StepCounterHook, SummarySaverHook
 from hpcdist.compat.v1.session import Session
 from hpcdist.compat.v1.session_manager import ChiefSessionCreator, Scaffold, WorkerSessionCreator
 from hpcdist.compat.v1.session_run_hook import SessionRunArgs, SessionRunContext, SessionRunValues
@@ -52,8 +54,12 @@ class StepContext:
         return self._run_with_hooks(*args, **kwargs)
 
     def request_stop(self) -> None:
-        """Stop: ends the step function (raises StopIteration, caught by ``run_step_fn``)."""
-        raise StopIteration("step_fn has requested the iterations to stop.")
+        """Stop: raises StopIteration, which ends a ``with MonitoredSession()`` block cleanly.
+
+        Raises:
+            StopIteration: Always (TF's rule: it propagates out of ``run_step_fn``).
+        """
+        raise StopIteration("step_fn has called request_stop()")
 
 
 class MonitoredSession:
@@ -64,6 +70,8 @@ class MonitoredSession:
         hooks: Session-run hooks.
         stop_grace_period_secs: Accepted (nothing runs in the background).
     """
+
+    _should_recover = True
 
     def __init__(
         self,
@@ -77,6 +85,8 @@ class MonitoredSession:
         self._should_stop = False
         self._closed = False
         self._sess: Session | None = None
+        self._graph = get_default_graph()
+        self._graph_was_finalized = self._graph.finalized
         for hook in self._hooks:
             hook.begin()
         self._create()
@@ -84,6 +94,7 @@ class MonitoredSession:
     # -- session ------------------------------------------------------------------------------
 
     def _create(self) -> None:
+        """Create the session and tell the hooks; retried after an aborted creation."""
         while True:
             try:
                 self._sess = self._creator.create_session()
@@ -94,12 +105,21 @@ class MonitoredSession:
                 self._sess.step_bound = min(bounds) if bounds else None
                 return
             except _RECOVERABLE as exc:
+                if not self._should_recover:
+                    raise
                 get_logger().info("session creation failed (%s); creating it again", exc)
+
+    def _recover(self, exc: Exception) -> None:
+        """Close the aborted session and create a new one (the chief restores again)."""
+        get_logger().info("run failed (%s); re-creating the session", exc)
+        if self._sess is not None:
+            self._sess.close()
+        self._create()
 
     @property
     def graph(self) -> Any:
         """The graph."""
-        return get_default_graph() if self._sess is None else self._sess.graph
+        return self._graph if self._sess is None else self._sess.graph
 
     def should_stop(self) -> bool:
         """Whether a hook asked to stop, or the input ended."""
@@ -127,8 +147,16 @@ class MonitoredSession:
             try:
                 return self._hooked_run(fetches, feed_dict, options, run_metadata)
             except _RECOVERABLE as exc:
-                get_logger().info("run failed (%s); re-creating the session", exc)
-                self._create()
+                if not self._should_recover:
+                    raise
+                self._recover(exc)
+
+    def _run_with_hooks(
+        self, fetches: Any, feed_dict: Any = None, options: Any = None, run_metadata: Any = None
+    ) -> Any:
+        """``run`` through the hooks without recovery (``run_step_fn`` recovers)."""
+        self._check_open()
+        return self._hooked_run(fetches, feed_dict, options, run_metadata)
 
     def _hooked_run(self, fetches: Any, feed_dict: Any, options: Any, run_metadata: Any) -> Any:
         context = SessionRunContext(SessionRunArgs(fetches, feed_dict, options), self._sess)
@@ -152,29 +180,29 @@ class MonitoredSession:
         return results["caller"]
 
     def run_step_fn(self, step_fn: Any) -> Any:
-        """``step_fn(step_context)`` once; a ``request_stop`` inside ends training.
+        """``step_fn(step_context)``; run again from the start on a new session if it aborts.
+
+        ``step_context.request_stop()`` raises StopIteration out of here, which a
+        ``with MonitoredSession()`` block catches (then ``should_stop()`` is true).
 
         Raises:
             ValueError: ``step_fn`` does not take ``(step_context)`` or ``(self, step_context)``.
+            StopIteration: ``step_fn`` called ``step_context.request_stop()``.
         """
         params = list(inspect.signature(step_fn).parameters)
-        if inspect.ismethod(step_fn):
-            params = ["self", *params]
-        if (
-            "step_context" not in params
-            and len(params) != 1
-            and (len(params) != 2 or params[0] != "self")
-        ):
+        if params not in (["step_context"], ["self", "step_context"]):
             raise ValueError(
                 "`step_fn` may either have one `step_context` argument, or `self` and "
                 f"`step_context` arguments if it's an instance method. Got {params} instead."
             )
         self._check_open()
-        try:
-            return step_fn(StepContext(self._sess, self.run))
-        except StopIteration:
-            self._should_stop = True
-            return None
+        while True:
+            try:
+                return step_fn(StepContext(self._sess, self._run_with_hooks))
+            except _RECOVERABLE as exc:
+                if not self._should_recover:
+                    raise
+                self._recover(exc)
 
     # -- ending ---------------------------------------------------------------------------------
 
@@ -193,6 +221,8 @@ class MonitoredSession:
             self._closed = True
             if self._sess is not None:
                 self._sess.close()
+            if not self._graph_was_finalized:
+                self._graph._unsafe_unfinalize()
 
     def __enter__(self) -> MonitoredSession:
         return self
@@ -206,7 +236,9 @@ class MonitoredSession:
 
 
 class SingularMonitoredSession(MonitoredSession):
-    """A monitored session for one process: chief, with ``raw_session()``.
+    """A monitored session for one process: chief, with ``raw_session()``, no recovery.
+
+    An `AbortedError` propagates (TF's ``should_recover=False``).
 
     Args:
         hooks: Hooks.
@@ -217,6 +249,8 @@ class SingularMonitoredSession(MonitoredSession):
         stop_grace_period_secs: Accepted.
         checkpoint_filename_with_path: Restore this checkpoint.
     """
+
+    _should_recover = False
 
     def __init__(
         self,
@@ -258,11 +292,19 @@ def MonitoredTrainingSession(  # noqa: N802 - TF's name
 ) -> MonitoredSession:
     """TF's training session: the chief restores/initializes and saves, the others wait.
 
-    Chief hooks: ``chief_only_hooks``, a `StepCounterHook` (``log_step_count_steps``), a
-    `CheckpointSaverHook` when ``checkpoint_dir`` is given (every ``save_checkpoint_steps``,
-    or ``save_checkpoint_secs``, 600 s by default), then ``hooks``. Other workers: ``hooks``.
+    Chief hooks: ``chief_only_hooks``; with ``summary_dir`` or ``checkpoint_dir`` a
+    `StepCounterHook` (``log_step_count_steps``) and a `SummarySaverHook` (every 100 steps by
+    default; it writes nothing); a `CheckpointSaverHook` when ``checkpoint_dir`` is given
+    (every ``save_checkpoint_steps``, or ``save_checkpoint_secs``, 600 s by default); then
+    ``hooks``. Other workers: ``hooks``.
     """
-    del save_summaries_steps, save_summaries_secs, save_graph_def
+    del save_graph_def
+    if save_summaries_steps is USE_DEFAULT and save_summaries_secs is USE_DEFAULT:
+        save_summaries_steps, save_summaries_secs = 100, None
+    elif save_summaries_secs is USE_DEFAULT:
+        save_summaries_secs = None
+    elif save_summaries_steps is USE_DEFAULT:
+        save_summaries_steps = None
     if save_checkpoint_steps is USE_DEFAULT and save_checkpoint_secs is USE_DEFAULT:
         save_checkpoint_steps, save_checkpoint_secs = None, 600
     elif save_checkpoint_secs is USE_DEFAULT:
@@ -275,8 +317,16 @@ def MonitoredTrainingSession(  # noqa: N802 - TF's name
         return MonitoredSession(creator, hooks or [], stop_grace_period_secs)
     all_hooks = list(chief_only_hooks or [])
     creator = ChiefSessionCreator(scaffold, master, config, checkpoint_dir)
-    if (summary_dir or checkpoint_dir) and log_step_count_steps and log_step_count_steps > 0:
+    summary_dir = summary_dir or checkpoint_dir
+    if summary_dir and log_step_count_steps and log_step_count_steps > 0:
         all_hooks.append(StepCounterHook(every_n_steps=log_step_count_steps))
+    if summary_dir and (
+        (save_summaries_steps and save_summaries_steps > 0)
+        or (save_summaries_secs and save_summaries_secs > 0)
+    ):
+        all_hooks.append(
+            SummarySaverHook(save_steps=save_summaries_steps, save_secs=save_summaries_secs)
+        )
     if checkpoint_dir and (
         (save_checkpoint_secs and save_checkpoint_secs > 0)
         or (save_checkpoint_steps and save_checkpoint_steps > 0)

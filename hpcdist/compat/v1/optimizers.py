@@ -385,16 +385,19 @@ class AdamOptimizer(Optimizer):
                 )
 
     def _apply(self, grad: np.ndarray, var: Variable, ids: np.ndarray | None, lr: float) -> None:
-        b1p = float(self._non_slots["beta1_power"].numpy())
-        b2p = float(self._non_slots["beta2_power"].numpy())
-        lr_t = lr * np.sqrt(1 - b2p) / (1 - b1p)
+        # TF's kernel, in the variable's dtype: m += (g - m) * (1 - beta1), the same for v
+        # with g * g, var -= alpha * m / (sqrt(v) + epsilon).
+        dt = var.dtype.type
+        b1p = dt(self._non_slots["beta1_power"].numpy())
+        b2p = dt(self._non_slots["beta2_power"].numpy())
+        alpha = dt(lr) * np.sqrt(dt(1) - b2p) / (dt(1) - b1p)
         m, v = self._slot(var, "m", ids), self._slot(var, "v", ids)
         m_old, v_old = m.read(), v.read()
-        m_new = self._beta1 * m_old + (1 - self._beta1) * grad
-        v_new = self._beta2 * v_old + (1 - self._beta2) * grad * grad
+        m_new = m_old + (grad - m_old) * (dt(1) - dt(self._beta1))
+        v_new = v_old + (grad * grad - v_old) * (dt(1) - dt(self._beta2))
         m.add(m_new - m_old)
         v.add(v_new - v_old)
-        _Target(var, ids).add(-lr_t * m_new / (np.sqrt(v_new) + self._epsilon))
+        _Target(var, ids).add(-(alpha * m_new) / (np.sqrt(v_new) + dt(self._epsilon)))
 
     def _finish(self) -> None:
         for name, beta in (("beta1_power", self._beta1), ("beta2_power", self._beta2)):
@@ -423,7 +426,10 @@ class RMSPropOptimizer(Optimizer):
             epsilon,
         )
         self._centered = centered
-        self._slot_specs = (("rms", 1.0), ("momentum", 0.0)) + ((("mg", 0.0),) if centered else ())
+        # TF's order: rms (``w/RMSProp``), mg when centered, then momentum.
+        self._slot_specs = (
+            (("rms", 1.0),) + ((("mg", 0.0),) if centered else ()) + (("momentum", 0.0),)
+        )
 
     def _apply(self, grad: np.ndarray, var: Variable, ids: np.ndarray | None, lr: float) -> None:
         rms, mom = self._slot(var, "rms", ids), self._slot(var, "momentum", ids)

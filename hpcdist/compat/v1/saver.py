@@ -310,8 +310,8 @@ class CheckpointSaverListener:
 def default_saver(graph: Graph | None = None) -> Saver:
     """The saver of ``graph``'s ``SAVERS`` collection, else a new one of its global variables.
 
-    The new one is ``Saver(sharded=True, max_to_keep=5)``, as TF's scaffold makes (not added
-    to the collection: the graph may be finalized).
+    The new one is ``Saver(sharded=True, max_to_keep=5, allow_empty=True)``, as TF's scaffold
+    makes (not added to the collection: the graph may be finalized).
 
     Raises:
         RuntimeError: The collection holds more than one saver (TF's message).
@@ -326,7 +326,7 @@ def default_saver(graph: Graph | None = None) -> Saver:
     if savers:
         return savers[0]
     with graph.as_default():
-        return Saver(sharded=True, max_to_keep=5)
+        return Saver(sharded=True, max_to_keep=5, allow_empty=True)
 
 
 class CheckpointState:

@@ -79,12 +79,16 @@ class Scaffold:
         return lambda session: self._user_init_fn(self, session)
 
     def finalize(self) -> Scaffold:
-        """Create the default saver (once) and finalize the graph."""
-        if self.finalized:
-            return self
+        """Create the default saver (once) and finalize the default graph (every call, as TF).
+
+        The default saver is the graph's ``SAVERS`` saver, else ``Saver(sharded=True,
+        max_to_keep=5, allow_empty=True)`` of the global variables (TF's
+        ``_get_saver_or_default``: a graph without variables still gets a saver).
+        """
+        graph = get_default_graph()
         if self.saver is None:
-            self.saver = default_saver()
-        get_default_graph().finalize()
+            self.saver = default_saver(graph)
+        graph.finalize()
         self.finalized = True
         return self
 

@@ -9,6 +9,8 @@ by exactly one rank, with the same cluster everywhere, or every rank raises the 
 The end of the job: every other rank tells each ps that it is done (``leave``); a ps serving
 its memory (``Server.join()``, or at exit) returns once every other rank has left, and the
 segments are freed by all ranks together. Ranks that leave early wait there for the others.
+A task that dies of an uncaught exception aborts the whole job (`hpcdist.abort`, exit code 17;
+``HPCDIST_ABORT_ON_EXCEPTION=0`` turns that off).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
+from hpcdist import abort
 from hpcdist.cluster.spec import ClusterSpec
 from hpcdist.comm import lifetime
 from hpcdist.errors import ClusterConfigError
@@ -80,6 +83,8 @@ class TaskCluster:
         world = MPI.COMM_WORLD
         claims = world.allgather((job_name, int(task_index), cluster.as_dict()))
         check_claims(cluster, claims)
+        if get_settings().abort_on_exception:
+            abort.install()  # a task that dies must end the job, not strand the others
         return cls(cluster, job_name, task_index, [(j, t) for j, t, _ in claims], world.Dup())
 
     # -- memory -------------------------------------------------------------------------------
