@@ -30,6 +30,7 @@ from hpcdist.comm.arrays import (
 from hpcdist.comm.checks import _MASK, KINDS, Deadline, Header, dtype_code
 from hpcdist.comm.context import Context, Resolved, same
 from hpcdist.comm.options import CommunicationImplementation, CommunicationOptions
+from hpcdist.comm.outputs import OutputPool
 from hpcdist.comm.reduce_op import ReduceOp
 from hpcdist.errors import DeadlineExceededError
 from hpcdist.utils.xp import array_module
@@ -75,6 +76,7 @@ class AllReduce:
         self._small_deadline = Deadline(default.timeout, ctx.env.stall, None, ctx.env.board, 0)
         #: Whether the one-barrier fast path may serve small all-reduces.
         self.fast = ctx.size > 1 and ctx.num_nodes == 1 and ctx.settings.shm_min_bytes == 0
+        self._outputs = OutputPool()  # large out-of-place results, reused once dropped
 
     # -- fast path ----------------------------------------------------------------------------
 
@@ -213,6 +215,8 @@ class AllReduce:
         fresh = how == "cast" or not contiguous
         if (fresh or in_place) and backend.in_place:
             src = dst = wire
+        elif xp is np:
+            src, dst = wire, self._outputs.take(wire)
         else:
             src, dst = wire, xp.empty_like(wire)
         if self.size == 1 and path is None and compress is None:

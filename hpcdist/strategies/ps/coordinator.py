@@ -48,6 +48,7 @@ from hpcdist.strategies.ps.runtime import creating_dataset, runtime
 from hpcdist.strategies.ps.strategy import ParameterServerStrategy
 
 __all__ = [
+    "PUMP_SECONDS",
     "ClusterCoordinator",
     "PerWorkerDataset",
     "PerWorkerIterator",
@@ -55,6 +56,11 @@ __all__ = [
     "RemoteValue",
     "RemoteValueStatus",
 ]
+
+
+#: How long a thread waiting for a result drives the dispatch loop itself without progress
+#: before it sleeps until the dispatcher thread wakes it.
+PUMP_SECONDS = 2e-3
 
 
 def _store_resource(resource: int, build: Callable[[], Any], dataset_fn: bool) -> None:
@@ -155,6 +161,10 @@ class ClusterCoordinator:
         )
         self._resources = itertools.count()
         self._thread: threading.Thread | None = None
+        # One pass of the dispatch loop at a time, by the dispatcher thread or by a user thread
+        # waiting for a result (which then needs no thread switch to learn of it).
+        self._step_lock = threading.Lock()
+        self._pumping = 0  # user threads pumping now (the dispatcher thread then sleeps)
 
     # -- scheduling ----------------------------------------------------------------------------
 
@@ -174,7 +184,9 @@ class ClusterCoordinator:
             blob = cloudpickle.dumps((args, kwargs))
         except Exception as exc:
             raise TypeError(f"cannot send the arguments of {fn!r} to the workers: {exc}") from exc
-        return _Closure(function, blob, worker)
+        closure = _Closure(function, blob, worker)
+        closure.remote_value._pump = self._pump
+        return closure
 
     def schedule(
         self, fn: Callable[..., Any], args: Any = None, kwargs: dict[str, Any] | None = None
@@ -194,6 +206,7 @@ class ClusterCoordinator:
             self._queue.append(closure)
             self._cond.notify_all()
         self._start()
+        self._progress()  # an idle worker gets it now, from this thread
         return closure.remote_value
 
     def join(self) -> None:
@@ -202,6 +215,7 @@ class ClusterCoordinator:
         Raises:
             The first error of a scheduled function (once; queued functions are cancelled).
         """
+        self._pump(lambda: self._error is not None or self._idle())
         with self._cond:
             self._cond.wait_for(lambda: self._error is not None or self._idle())
         self._raise_if_error()
@@ -380,9 +394,15 @@ class ClusterCoordinator:
             for held in self._held.values():
                 held.drop(key)
 
-    def _dispatch(self) -> None:
-        idle = 0
-        while True:
+    def _progress(self) -> bool:
+        """One pass of the dispatch loop, unless another thread is in one; whether it did work.
+
+        Receives every result that arrived, forgets dead functions, checks deadlines, and sends
+        a closure to each idle worker.
+        """
+        if not self._step_lock.acquire(blocking=False):
+            return False
+        try:
             got = False
             while (result := self._rt.poll_result()) is not None:
                 self._receive(*result)
@@ -390,23 +410,52 @@ class ClusterCoordinator:
             self._forget_dead_functions()
             with self._cond:
                 self._check_running()
-                if self._stopping and not self._inflight and not any(self._targeted.values()):
-                    return
                 sends = []
                 for worker in self._liveness.live():
                     if worker not in self._inflight:
                         closure = self._next_for(worker)
                         if closure is not None:
-                            name = closure.function.name
-                            closure.running = Running(name)
+                            closure.running = Running(closure.function.name)
                             self._inflight[worker] = closure
                             sends.append((worker, closure))
-                if not sends and not got and not self._inflight:
-                    self._cond.wait(timeout=0.05)  # nothing running: wait for schedule()
-                    continue
             for worker, closure in sends:
                 self._send(worker, closure)
-            if got or sends:
+            return got or bool(sends)
+        finally:
+            self._step_lock.release()
+
+    def _pump(self, done: Callable[[], bool]) -> None:
+        """Drive the dispatch loop from this thread until ``done()`` or ``PUMP_SECONDS`` idle.
+
+        A thread waiting for a result receives it itself: no wake-up of the dispatcher thread,
+        no hand-over of the interpreter lock between the two. After ``PUMP_SECONDS`` without
+        progress the caller falls back to waiting for the dispatcher thread.
+        """
+        with self._cond:
+            self._pumping += 1
+        try:
+            last = time.perf_counter()
+            while not done():
+                if self._progress():
+                    last = time.perf_counter()
+                elif time.perf_counter() - last > PUMP_SECONDS:
+                    return
+        finally:
+            with self._cond:
+                self._pumping -= 1
+
+    def _dispatch(self) -> None:
+        idle = 0
+        while True:
+            active = False if self._pumping else self._progress()
+            with self._cond:
+                if self._stopping and not self._inflight and not any(self._targeted.values()):
+                    return
+                if self._pumping or (not active and not self._inflight):
+                    # nothing running, or a user thread drives the loop: wait for a change
+                    self._cond.wait(timeout=0.05 if not self._pumping else 1e-3)
+                    continue
+            if active:
                 idle = 0
             else:
                 idle += 1

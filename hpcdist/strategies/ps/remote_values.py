@@ -1,7 +1,8 @@
 """What `ClusterCoordinator.schedule` returns: `RemoteValue`, and values held per worker.
 
-A `RemoteValue` is set by the coordinator's dispatcher when the function's reply arrives (or
-failed, when it raises, is cancelled or passes its deadline). A `PerWorkerValues` names a
+A `RemoteValue` is set by the coordinator's dispatch loop when the function's reply arrives (or
+failed, when it raises, is cancelled or passes its deadline); a thread fetching it drives that
+loop itself for a moment before it sleeps. A `PerWorkerValues` names a
 resource every worker keeps (its dataset, its iterator); pickled into a scheduled function, it
 becomes the value of the worker that runs it.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from hpcdist.strategies.ps.runtime import runtime
@@ -33,6 +35,8 @@ class RemoteValue:
         self._value: Any = None
         self._error: BaseException | None = None
         self._status = RemoteValueStatus.NOT_READY
+        # Set by the coordinator: drives its dispatch loop from the fetching thread.
+        self._pump: Callable[[Callable[[], bool]], None] | None = None
 
     @property
     def status(self) -> RemoteValueStatus:
@@ -53,6 +57,8 @@ class RemoteValue:
         Raises:
             The function's error, or `CancelledError` if it never ran.
         """
+        if self._pump is not None and not self._event.is_set():
+            self._pump(self._event.is_set)
         self._event.wait()
         if self._error is not None:
             raise self._error

@@ -43,6 +43,7 @@ from hpcdist.settings import get_settings
 from hpcdist.strategies.values import DistributedValues
 
 __all__ = [
+    "SPIN_SECONDS",
     "TAG_COMMAND",
     "TAG_RESULT",
     "coordinator_only",
@@ -56,6 +57,8 @@ __all__ = [
 
 TAG_COMMAND = 71
 TAG_RESULT = 72
+#: How long a ps or worker rank keeps probing for the next command without sleeping.
+SPIN_SECONDS = 5e-4
 
 _runtime: _Runtime | None = None
 _creating = threading.local()
@@ -397,15 +400,16 @@ def serve(rt: _Runtime | None = None) -> None:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     source = rt.roles.coordinator
-    idle = 0
+    last = time.perf_counter()
     while True:
         if not rt.ctrl.Iprobe(source=source, tag=TAG_COMMAND):
-            # Probing keeps MPI progressing; back off to 1 ms so idle ranks leave the CPU.
-            idle += 1
-            if idle > 200:
-                time.sleep(min(1e-3, 2e-5 * (idle - 200)))
+            # Probing keeps MPI progressing. Right after a command the next one usually follows
+            # within microseconds: keep probing for SPIN_SECONDS, then sleep between probes,
+            # longer and longer up to 1 ms, so that an idle rank leaves the CPU.
+            quiet = time.perf_counter() - last
+            if quiet > SPIN_SECONDS:
+                time.sleep(min(1e-3, quiet / 8))
             continue
-        idle = 0
         message = rt.ctrl.recv(source=source, tag=TAG_COMMAND)
         kind = message[0]
         if kind == "segment":
@@ -414,6 +418,7 @@ def serve(rt: _Runtime | None = None) -> None:
             rt.run(*message[1:])
         elif kind == "stop":
             break
+        last = time.perf_counter()
     rt.close()
 
 

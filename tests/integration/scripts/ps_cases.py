@@ -201,13 +201,18 @@ def case_error_in_done():  # testErrorInDone
 def case_cancellation():  # testCancellation: queued closures are cancelled
     ran = variable(0, dtype=np.int64)
 
-    def slow():
-        time.sleep(0.05)
+    def slow(seconds=0.05):
+        time.sleep(seconds)
         ran.assign_add(1)
 
+    # Both workers busy first, so that the error comes back only after everything is queued
+    # (schedule may raise an earlier function's error as soon as it has arrived).
+    blockers = [coordinator.schedule(slow, args=(0.5,)) for _ in range(2)]
     coordinator.schedule(_error_function)
     later = [coordinator.schedule(slow) for _ in range(40)]
     raises(FunctionError, coordinator.join)
+    check(all(b.status is hd.RemoteValueStatus.READY for b in blockers), "blockers")
+    ran.assign_add(-2)
     statuses = [rv.status for rv in later]
     check(all(s is not hd.RemoteValueStatus.NOT_READY for s in statuses), "unfinished")
     cancelled = 0
