@@ -19,10 +19,12 @@ import time
 import traceback
 from types import TracebackType
 
+from hpcdist import exit_codes
+
 __all__ = ["ABORT_EXIT_CODE", "abort_job", "install", "installed"]
 
 #: Error code passed to ``MPI_Abort``; the launcher turns it into the job's exit code.
-ABORT_EXIT_CODE = 17
+ABORT_EXIT_CODE = exit_codes.ABORT_EXIT_CODE
 _FORWARD_GRACE_S = 0.5
 
 _previous_hook = None

@@ -1,4 +1,4 @@
-"""The ``hpcdist`` command: ``info``, ``run`` and ``bench``.
+"""The ``hpcdist`` command: ``info``, ``run`` (with ``--max-restarts``) and ``bench``.
 
 ``run`` and ``bench`` start mpiexec or srun and must not start MPI in this process, so the
 ``info`` command's module (which does) is loaded only when ``info`` runs.
@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from hpcdist.log import process_rank
+from hpcdist.restarts import run_with_restarts
 
 __all__ = ["launcher_command", "main"]
 
@@ -41,8 +42,12 @@ def _cmd_info(_: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    command = launcher_command(args.n, [args.script, *args.args])
-    return subprocess.call(command)
+    argv = [args.script, *args.args]
+    if args.max_restarts == 0 and args.min_ranks is None:
+        return subprocess.call(launcher_command(args.n, argv))
+    return run_with_restarts(
+        lambda n: launcher_command(n, argv), args.n, args.max_restarts, args.min_ranks
+    )
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -68,6 +73,19 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=_cmd_info)
     p = sub.add_parser("run", help="run a script on N ranks (srun in Slurm, else mpiexec)")
     p.add_argument("-n", type=int, required=True, help="number of ranks")
+    p.add_argument(
+        "--max-restarts",
+        type=int,
+        default=0,
+        help="relaunch the job this many times when it fails (HPCDIST_RESTART_COUNT tells the "
+        "script which attempt it is)",
+    )
+    p.add_argument(
+        "--min-ranks",
+        type=int,
+        default=None,
+        help="each restart runs on one rank fewer, down to this many (the checkpoint reshards)",
+    )
     p.add_argument("script")
     p.add_argument("args", nargs=argparse.REMAINDER)
     p.set_defaults(fn=_cmd_run)

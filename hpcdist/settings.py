@@ -136,6 +136,7 @@ _RULES: dict[str, Callable[[Any], Any]] = {
     "cuda_aware_mpi": _bool,
     "nccl_hierarchical": _bool,
     "gpu": _int_rule(0, optional=True),
+    "restart_count": _int_rule(0),
 }
 
 
@@ -189,6 +190,8 @@ class Settings:
             only). Env: ``HPCDIST_NCCL_HIERARCHICAL``.
         gpu: CUDA ordinal this rank binds to; None picks one from the local rank (see
             `hpcdist.cluster.gpus.pick_gpu`). Env: ``HPCDIST_GPU``.
+        restart_count: How many times ``hpcdist run --max-restarts`` relaunched this job
+            before this attempt (set by it; 0 on the first). Env: ``HPCDIST_RESTART_COUNT``.
 
     Raises:
         ValueError: A value breaks its field's rule; the message names the field, what is
@@ -211,6 +214,7 @@ class Settings:
     cuda_aware_mpi: bool = False
     nccl_hierarchical: bool = False
     gpu: int | None = None
+    restart_count: int = 0
 
     def __post_init__(self) -> None:
         for name, rule in _RULES.items():

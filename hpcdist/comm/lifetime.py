@@ -21,13 +21,13 @@ from typing import Protocol, TypeVar
 
 from mpi4py import MPI
 
-from hpcdist import abort
+from hpcdist import abort, exit_codes
 from hpcdist.errors import DeadlineExceededError
 
 __all__ = ["EXIT_DEADLINE_CODE", "close_all", "register", "shared", "unregister"]
 
 #: Exit code of a job aborted because some ranks did not reach the end of the program in time.
-EXIT_DEADLINE_CODE = 18
+EXIT_DEADLINE_CODE = exit_codes.EXIT_DEADLINE_CODE
 
 
 class Closable(Protocol):
