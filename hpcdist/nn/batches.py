@@ -7,6 +7,7 @@ examples).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,7 @@ import numpy as np
 from hpcdist.data.dataset import Dataset
 from hpcdist.data.nest import flatten
 
-__all__ = ["with_batch_rows"]
+__all__ = ["array_batches", "check_input", "with_batch_rows"]
 
 
 def with_batch_rows(dataset: Dataset, y: Any = None) -> Dataset:
@@ -32,3 +33,54 @@ def _add_rows(*element: Any) -> tuple[Any, Any, np.ndarray]:
     parts = element if len(element) > 1 else (element[0], None)
     rows = np.shape(flatten(parts[0])[0])[0]
     return (*parts[:2], np.full(rows, rows, np.int64))
+
+
+def check_input(x: Any, batch_size: Any, what: str, allow_empty: bool = False) -> None:
+    """Reject a ``batch_size`` that is not a positive int, and (unless allowed) empty ``x``.
+
+    Raises:
+        ValueError: The message names the argument and quotes the value (as Keras does).
+    """
+    if batch_size is not None and (
+        not isinstance(batch_size, (int, np.integer))
+        or isinstance(batch_size, bool)
+        or batch_size < 1
+    ):
+        raise ValueError(
+            f"{what}: batch_size must be a positive integer or None, got {batch_size!r}"
+        )
+    if allow_empty:
+        return
+    if isinstance(x, Dataset):
+        if x.cardinality() == 0:
+            raise ValueError(f"{what}: x is a Dataset with no batches")
+    elif x is None or np.ndim(x) == 0 or len(x) == 0:
+        raise ValueError(
+            f"{what}: x has no examples (shape {np.shape(x)}); pass at least one example"
+        )
+
+
+def array_batches(
+    x: Any,
+    y: Any,
+    batch_size: int | None,
+    shuffle: bool,
+    seed: int,
+) -> Dataset:
+    """A dataset of global batches ``(x, y, global_rows)``."""
+    if isinstance(x, Dataset):
+        return with_batch_rows(x, y)
+    x = np.asarray(x)
+    y = None if y is None else np.asarray(y)
+    if y is not None and len(y) != len(x):
+        raise ValueError(f"x and y have different numbers of examples: {len(x)} and {len(y)}")
+    batch_size = batch_size or 32
+    n = len(x)
+
+    def make() -> Iterator[Any]:
+        order = np.random.default_rng(seed).permutation(n) if shuffle else np.arange(n)
+        for lo in range(0, n, batch_size):
+            idx = order[lo : lo + batch_size]
+            yield x[idx], (None if y is None else y[idx]), np.full(len(idx), len(idx), np.int64)
+
+    return Dataset(make, -(-n // batch_size))

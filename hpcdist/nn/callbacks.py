@@ -252,16 +252,32 @@ class TerminateOnNaN(Callback):
 
 
 class LearningRateScheduler(Callback):
-    """Set the optimizer's learning rate to ``schedule(epoch, lr)`` before each epoch."""
+    """Set the optimizer's learning rate to ``schedule(epoch, lr)`` before each epoch.
 
-    def __init__(self, schedule: Callable[[int, float], float]) -> None:
+    As in Keras, a ``schedule`` that does not take two arguments (the call raises
+    `TypeError`) is called as ``schedule(epoch)``.
+
+    Args:
+        schedule: ``schedule(epoch, lr) -> lr`` or ``schedule(epoch) -> lr``.
+        verbose: Print the new rate (chief only) when nonzero.
+    """
+
+    def __init__(self, schedule: Callable[..., float], verbose: int = 0) -> None:
         super().__init__()
         self.schedule = schedule
+        self.verbose = verbose
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         """Update the learning rate."""
         optimizer = self.model.optimizer
-        optimizer.learning_rate = float(self.schedule(epoch, optimizer.learning_rate))
+        try:
+            lr = self.schedule(epoch, float(optimizer.learning_rate))
+        except TypeError:  # Keras' fallback: the old one-argument form
+            lr = self.schedule(epoch)
+        optimizer.learning_rate = float(lr)
+        extended = getattr(self.model.distribute_strategy, "extended", None)
+        if self.verbose and getattr(extended, "should_checkpoint", True):
+            print(f"Epoch {epoch + 1}: LearningRateScheduler setting learning rate to {lr}.")
 
 
 class ModelCheckpoint(Callback):
@@ -314,21 +330,39 @@ class ModelCheckpoint(Callback):
 
 
 class BackupAndRestore(Callback):
-    """Back up the training state every epoch; a restarted `fit` resumes after the last one.
+    """Back up the training state; a restarted `fit` resumes from the last backup.
 
     Args:
         backup_dir: Directory of the backup (one checkpoint kept).
+        save_freq: ``"epoch"`` (after every epoch) or an integer: every that many batches
+            (counted across epochs, as Keras does), and a restart resumes at the start of the
+            epoch that was running, from the weights and optimizer state of the backup.
         delete_checkpoint: Remove the backup when training finishes.
+
+    Raises:
+        ValueError: ``save_freq`` is neither ``"epoch"`` nor a positive integer.
     """
 
-    def __init__(self, backup_dir: str, delete_checkpoint: bool = True) -> None:
+    reads_batch_logs = False  # counts batches only
+
+    def __init__(
+        self, backup_dir: str, save_freq: Any = "epoch", delete_checkpoint: bool = True
+    ) -> None:
         super().__init__()
+        if save_freq != "epoch" and (
+            not isinstance(save_freq, int) or isinstance(save_freq, bool) or save_freq < 1
+        ):
+            raise ValueError(f"save_freq must be 'epoch' or a positive integer, got {save_freq!r}")
         self.backup_dir, self.delete_checkpoint = backup_dir, delete_checkpoint
+        self.save_freq = save_freq
         self._manager: Any = None
+        self._current_epoch = 0
+        self._batches_since_save = 0
 
     def on_train_begin(self, logs: dict | None = None) -> None:
         """Restore the backup if there is one and tell `fit` where to resume."""
         strategy = self.model.distribute_strategy
+        self._batches_since_save = 0
         with self.model._scope():
             self._epoch = strategy.Variable(np.int64(-1), name="backup_epoch", trainable=False)
             ckpt = Checkpoint(model=self.model, optimizer=self.model.optimizer, epoch=self._epoch)
@@ -336,10 +370,27 @@ class BackupAndRestore(Callback):
             if self._manager.restore_or_initialize() is not None:
                 self.model._resume_epoch = int(self._epoch.numpy()) + 1
 
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        """Remember the running epoch (a batch backup resumes at its start)."""
+        self._current_epoch = epoch
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        """Save every ``save_freq`` batches (integer ``save_freq`` only)."""
+        if self.save_freq == "epoch":
+            return
+        self._batches_since_save += 1
+        if self._batches_since_save >= self.save_freq:
+            self._batches_since_save = 0
+            self._save(self._current_epoch - 1)
+
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        """Save the state after this epoch."""
+        """Save the state after this epoch (``save_freq="epoch"``)."""
+        if self.save_freq == "epoch":
+            self._save(epoch)
+
+    def _save(self, completed_epoch: int) -> None:
         with self.model._scope():
-            self._epoch.assign(epoch, read_value=False)
+            self._epoch.assign(completed_epoch, read_value=False)
             self._manager.save()
 
     def on_train_end(self, logs: dict | None = None) -> None:

@@ -1,222 +1,50 @@
-"""Keras-shaped layers on `hpcdist.nn.ops`, and the `Layer` base class they share with models.
+"""Keras-shaped layers (``tf.keras.layers``) on `hpcdist.nn.ops`.
 
-Dense, Embedding, Dropout, Flatten, Activation, ReLU and LayerNormalization.
+Dense, Embedding, Dropout, Flatten, Activation, ReLU and LayerNormalization here; Conv2D and
+MaxPooling2D (`hpcdist.nn.conv_layers`), Reshape (`hpcdist.nn.reshaping`), InputLayer
+(`hpcdist.nn.input_layer`) and the `Layer` base class (`hpcdist.nn.base_layer`) are exported
+here too, as Keras groups them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from hpcdist.core import context
 from hpcdist.core import math_ops as ops
 from hpcdist.core.autodiff import Tensor, as_tensor
-from hpcdist.nn import initializers, regularizers
+from hpcdist.nn import activations, initializers
+from hpcdist.nn.base_layer import Layer, float_input
+from hpcdist.nn.conv_layers import Conv2D, MaxPooling2D
 from hpcdist.nn.embedding import embedding_lookup
+from hpcdist.nn.input_layer import InputLayer
+from hpcdist.nn.layer_config import (
+    activation_config,
+    config_value,
+    regularizer_config,
+    regularizer_from_config,
+)
+from hpcdist.nn.reshaping import Reshape
 from hpcdist.utils.xp import to_numpy
 
 __all__ = [
     "Activation",
+    "Conv2D",
     "Dense",
     "Dropout",
     "Embedding",
     "Flatten",
+    "InputLayer",
     "Layer",
     "LayerNormalization",
+    "MaxPooling2D",
     "ReLU",
+    "Reshape",
     "get_activation",
 ]
 
-_ACTIVATIONS: dict[str, Callable[[Any], Tensor]] = {
-    "linear": as_tensor,
-    "relu": ops.relu,
-    "sigmoid": ops.sigmoid,
-    "tanh": ops.tanh,
-    "softmax": ops.softmax,
-    "softplus": ops.softplus,
-    "exponential": ops.exp,
-}
-
-
-def get_activation(identifier: Any) -> Callable[[Any], Tensor]:
-    """An activation from None, a name or a callable.
-
-    Raises:
-        ValueError: Unknown name.
-    """
-    if identifier is None:
-        return as_tensor
-    if callable(identifier):
-        return identifier
-    try:
-        return _ACTIVATIONS[str(identifier).lower()]
-    except KeyError:
-        raise ValueError(
-            f"unknown activation {identifier!r}; known: {sorted(_ACTIVATIONS)}"
-        ) from None
-
-
-_names: dict[str, int] = {}
-
-
-def _auto_name(prefix: str) -> str:
-    _names[prefix] = _names.get(prefix, -1) + 1
-    return prefix if _names[prefix] == 0 else f"{prefix}_{_names[prefix]}"
-
-
-class Layer:
-    """Base class of layers and models.
-
-    Args:
-        name: Layer name (unique default from the class name).
-        trainable: Whether its weights are trainable.
-        input_shape: Shape of one example (without the batch axis); builds the layer at once.
-        dtype: Dtype of the weights and the computation.
-    """
-
-    def __init__(
-        self,
-        name: str | None = None,
-        trainable: bool = True,
-        input_shape: tuple[int, ...] | None = None,
-        dtype: Any = "float32",
-    ) -> None:
-        snake = "".join("_" + c.lower() if c.isupper() else c for c in type(self).__name__)
-        self.name = name or _auto_name(snake.lstrip("_"))
-        self.trainable = trainable
-        self.dtype = np.dtype(dtype)
-        self.built = False
-        self._weights: list[Any] = []
-        self._regularized: list[tuple[Any, Callable[[Any], Tensor]]] = []
-        self.input_shape = None if input_shape is None else tuple(input_shape)
-
-    # -- weights -----------------------------------------------------------------------------
-
-    def add_weight(
-        self,
-        name: str,
-        shape: tuple[int, ...],
-        initializer: Any = "glorot_uniform",
-        regularizer: Any = None,
-        trainable: bool = True,
-        dtype: Any = None,
-    ) -> Any:
-        """Create a variable under the current strategy (collective under MPI)."""
-        dtype = np.dtype(dtype or self.dtype)
-        value = initializers.get(initializer)(tuple(shape), dtype)
-        var = context.get_strategy().Variable(
-            value, name=f"{self.name}/{name}", trainable=trainable and self.trainable, dtype=dtype
-        )
-        self._weights.append(var)
-        reg = regularizers.get(regularizer)
-        if reg is not None:
-            self._regularized.append((var, reg))
-        return var
-
-    def build(self, input_shape: tuple[int, ...]) -> None:
-        """Create the weights for inputs of ``input_shape`` (batch axis included)."""
-        self.built = True
-
-    def _sublayers(self) -> list[Layer]:
-        return []
-
-    @property
-    def weights(self) -> list[Any]:
-        """All variables of this layer and its sublayers."""
-        out = list(self._weights)
-        for layer in self._sublayers():
-            out.extend(layer.weights)
-        return out
-
-    @property
-    def trainable_variables(self) -> list[Any]:
-        """Variables the optimizer updates."""
-        return [w for w in self.weights if w.trainable]
-
-    trainable_weights = trainable_variables
-
-    @property
-    def non_trainable_variables(self) -> list[Any]:
-        """Variables the optimizer leaves alone."""
-        return [w for w in self.weights if not w.trainable]
-
-    @property
-    def variables(self) -> list[Any]:
-        """Same as `weights`."""
-        return self.weights
-
-    @property
-    def losses(self) -> list[Tensor]:
-        """Regularization penalties of this layer and its sublayers (recorded under a tape)."""
-        out = [reg(var) for var, reg in self._regularized]
-        for layer in self._sublayers():
-            out.extend(layer.losses)
-        return out
-
-    def checkpoint_children(self) -> dict[str, Any]:
-        """Every weight, sublayers' included, as ``weights/<i>`` in `weights` order.
-
-        The checkpoint protocol (`hpcdist.core.trackable.Trackable`).
-        """
-        return {f"weights/{i}": w for i, w in enumerate(self.weights)}
-
-    def get_weights(self) -> list[np.ndarray]:
-        """Copies of every weight's value."""
-        return [w.numpy() for w in self.weights]
-
-    def set_weights(self, weights: list[Any]) -> None:
-        """Assign values to every weight, in `weights` order.
-
-        Raises:
-            ValueError: Wrong number of arrays or a shape that does not match.
-        """
-        mine = self.weights
-        if len(weights) != len(mine):
-            raise ValueError(f"expected {len(mine)} arrays for {self.name}, got {len(weights)}")
-        for var, value in zip(mine, weights, strict=True):
-            value = np.asarray(value)
-            if value.shape != var.shape:
-                raise ValueError(
-                    f"weight {var.name} has shape {var.shape}, got an array of shape {value.shape}"
-                )
-            var.assign(value, read_value=False)
-
-    # -- calling -----------------------------------------------------------------------------
-
-    def call(self, inputs: Any, training: bool | None = None) -> Any:
-        """The layer's computation (override)."""
-        raise NotImplementedError(f"{type(self).__name__} must implement call()")
-
-    def _maybe_build(self, shape: tuple[int, ...]) -> None:
-        if self.built:
-            return
-        ctx = context.get_replica_context()
-        if context.has_strategy() and ctx is not None:
-            # First call inside strategy.run: create the weights once, in cross-replica context.
-            ctx.merge_call(lambda _strategy: None if self.built else self.build(shape))
-        else:
-            self.build(shape)
-        self.built = True
-
-    def __call__(self, inputs: Any, training: bool | None = None) -> Any:
-        """Build on first use (once, in cross-replica context), then `call`."""
-        shape = tuple(np.shape(inputs.value if isinstance(inputs, Tensor) else inputs))
-        self._maybe_build(shape)
-        return self.call(inputs, training=training)
-
-    def count_params(self) -> int:
-        """Number of scalars in all weights."""
-        return int(sum(np.prod(w.shape) for w in self.weights))
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.name!r}>"
-
-
-def _float_input(x: Any, dtype: np.dtype) -> Tensor:
-    x = as_tensor(x)
-    return x if x.dtype == dtype else ops.cast(x, dtype)
+get_activation = activations.get
 
 
 class Dense(Layer):
@@ -251,7 +79,22 @@ class Dense(Layer):
         self.activation = get_activation(activation)
         self.use_bias = use_bias
         self.kernel_initializer, self.bias_initializer = kernel_initializer, bias_initializer
-        self.kernel_regularizer, self.bias_regularizer = kernel_regularizer, bias_regularizer
+        self.kernel_regularizer = regularizer_from_config(kernel_regularizer)
+        self.bias_regularizer = regularizer_from_config(bias_regularizer)
+
+    def get_config(self) -> dict[str, Any]:
+        """Constructor arguments (JSON-able)."""
+        n = self.name
+        return {
+            **super().get_config(),
+            "units": self.units,
+            "activation": activation_config(n, self.activation),
+            "use_bias": self.use_bias,
+            "kernel_initializer": config_value(n, "initializer", self.kernel_initializer),
+            "bias_initializer": config_value(n, "initializer", self.bias_initializer),
+            "kernel_regularizer": regularizer_config(n, self.kernel_regularizer),
+            "bias_regularizer": regularizer_config(n, self.bias_regularizer),
+        }
 
     def build(self, input_shape: tuple[int, ...]) -> None:
         """Kernel ``(features, units)`` and bias ``(units,)``."""
@@ -270,7 +113,7 @@ class Dense(Layer):
 
     def call(self, inputs: Any, training: bool | None = None) -> Tensor:
         """Affine map then activation."""
-        out = ops.matmul(_float_input(inputs, self.dtype), self.kernel)
+        out = ops.matmul(float_input(inputs, self.dtype), self.kernel)
         if self.bias is not None:
             out = ops.add(out, self.bias)
         return self.activation(out)
@@ -298,7 +141,18 @@ class Embedding(Layer):
         super().__init__(**kwargs)
         self.input_dim, self.output_dim = int(input_dim), int(output_dim)
         self.embeddings_initializer = embeddings_initializer
-        self.embeddings_regularizer = embeddings_regularizer
+        self.embeddings_regularizer = regularizer_from_config(embeddings_regularizer)
+
+    def get_config(self) -> dict[str, Any]:
+        """Constructor arguments (JSON-able)."""
+        n = self.name
+        return {
+            **super().get_config(),
+            "input_dim": self.input_dim,
+            "output_dim": self.output_dim,
+            "embeddings_initializer": config_value(n, "initializer", self.embeddings_initializer),
+            "embeddings_regularizer": regularizer_config(n, self.embeddings_regularizer),
+        }
 
     def build(self, input_shape: tuple[int, ...]) -> None:
         """The table."""
@@ -339,8 +193,13 @@ class Dropout(Layer):
         if not 0 <= rate < 1:
             raise ValueError(f"Dropout rate must be in [0, 1), got {rate}")
         self.rate = float(rate)
+        self.seed = seed
         seed = seed if seed is not None else int(initializers.generator().integers(2**31))
         self._rng = np.random.default_rng(seed)
+
+    def get_config(self) -> dict[str, Any]:
+        """Constructor arguments (JSON-able)."""
+        return {**super().get_config(), "rate": self.rate, "seed": self.seed}
 
     def call(self, inputs: Any, training: bool | None = None) -> Tensor:
         """Identity unless ``training``."""
@@ -357,7 +216,7 @@ class Flatten(Layer):
     def call(self, inputs: Any, training: bool | None = None) -> Tensor:
         """Flatten all but the first axis."""
         x = as_tensor(inputs)
-        return ops.reshape(x, (x.shape[0], -1))
+        return ops.reshape(x, (x.shape[0], int(np.prod(x.shape[1:]))))
 
 
 class Activation(Layer):
@@ -366,6 +225,10 @@ class Activation(Layer):
     def __init__(self, activation: Any, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.activation = get_activation(activation)
+
+    def get_config(self) -> dict[str, Any]:
+        """Constructor arguments (JSON-able)."""
+        return {**super().get_config(), "activation": activation_config(self.name, self.activation)}
 
     def call(self, inputs: Any, training: bool | None = None) -> Tensor:
         """``activation(inputs)``."""
@@ -376,6 +239,7 @@ class ReLU(Activation):
     """``max(x, 0)``."""
 
     def __init__(self, **kwargs: Any) -> None:
+        kwargs.pop("activation", None)  # from a saved config
         super().__init__("relu", **kwargs)
 
 
@@ -391,6 +255,10 @@ class LayerNormalization(Layer):
         super().__init__(**kwargs)
         self.epsilon = float(epsilon)
 
+    def get_config(self) -> dict[str, Any]:
+        """Constructor arguments (JSON-able)."""
+        return {**super().get_config(), "epsilon": self.epsilon}
+
     def build(self, input_shape: tuple[int, ...]) -> None:
         """``gamma`` (ones) and ``beta`` (zeros) of the last axis' size."""
         self.gamma = self.add_weight("gamma", (input_shape[-1],), "ones")
@@ -399,7 +267,7 @@ class LayerNormalization(Layer):
 
     def call(self, inputs: Any, training: bool | None = None) -> Tensor:
         """``(x - mean) / sqrt(var + eps) * gamma + beta`` over the last axis."""
-        x = _float_input(inputs, self.dtype)
+        x = float_input(inputs, self.dtype)
         mean = ops.reduce_mean(x, axis=-1, keepdims=True)
         centered = ops.subtract(x, mean)
         var = ops.reduce_mean(ops.square(centered), axis=-1, keepdims=True)

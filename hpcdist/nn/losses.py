@@ -1,9 +1,10 @@
 """Losses (Keras): per-example values, then a reduction.
 
 Reductions: ``"auto"`` / ``"sum_over_batch_size"`` (mean over this replica's batch, as in Keras
-3), ``"sum"`` and ``"none"``. Under a strategy, `Model.fit` turns per-example losses into the
-global-batch mean itself (`hpcdist.nn.compute_average_loss`); in a custom loop use
-``reduction="none"`` and `compute_average_loss`, as TF recommends.
+3), ``"sum"`` and ``"none"``, also as `Reduction` constants (``Reduction.NONE``). Under a
+strategy, `Model.fit` turns per-example losses into the global-batch mean itself
+(`hpcdist.nn.compute_average_loss`); in a custom loop use ``reduction="none"`` and
+`compute_average_loss`, as TF recommends.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 
 from hpcdist.core import math_ops as ops
 from hpcdist.core.autodiff import Tensor, as_tensor
+from hpcdist.nn.activations import logits_of
 from hpcdist.utils.xp import array_module, as_array_like
 
 __all__ = [
@@ -21,9 +23,25 @@ __all__ = [
     "CategoricalCrossentropy",
     "Loss",
     "MeanSquaredError",
+    "Reduction",
     "SparseCategoricalCrossentropy",
     "get",
 ]
+
+
+class Reduction:
+    """The reduction names as constants (``tf.keras.losses.Reduction``)."""
+
+    AUTO = "auto"
+    NONE = "none"
+    SUM = "sum"
+    SUM_OVER_BATCH_SIZE = "sum_over_batch_size"
+
+    @classmethod
+    def all(cls) -> tuple[str, ...]:
+        """Every reduction."""
+        return (cls.AUTO, cls.NONE, cls.SUM, cls.SUM_OVER_BATCH_SIZE)
+
 
 _REDUCTIONS = ("auto", "sum_over_batch_size", "sum", "none")
 _EPS = 1e-7
@@ -40,7 +58,9 @@ class Loss:
         ValueError: Unknown reduction.
     """
 
-    def __init__(self, reduction: str = "auto", name: str | None = None) -> None:
+    def __init__(self, reduction: str | None = "auto", name: str | None = None) -> None:
+        if reduction is None:
+            reduction = "auto"
         if reduction not in _REDUCTIONS:
             raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
         self.reduction = reduction
@@ -71,12 +91,38 @@ def _mean_last(x: Tensor) -> Tensor:
     return ops.reduce_mean(x, axis=-1) if x.ndim > 1 else x
 
 
+def _same_rank(y_true: Any, y_pred: Tensor, name: str) -> Any:
+    """Targets shaped against the predictions as Keras does, then broadcast.
+
+    Keras' ``squeeze_or_expand_to_same_rank``: a trailing axis of size 1 on either side is
+    absorbed; otherwise the two broadcast by numpy's rules (so ``(n,)`` targets against
+    ``(n, 10)`` predictions pair along the last axis, which works only for ``n`` of 1 or 10,
+    exactly as in Keras).
+
+    Raises:
+        ValueError: The shapes do not broadcast.
+    """
+    y_true = y_true.astype(y_pred.dtype, copy=False)
+    if y_true.ndim == y_pred.ndim + 1 and y_true.shape[-1] == 1:
+        y_true = y_true[..., 0]
+    elif y_pred.ndim == y_true.ndim + 1 and y_pred.shape[-1] == 1:
+        y_true = y_true[..., None]
+    try:
+        np.broadcast_shapes(y_true.shape, y_pred.shape)
+    except ValueError:
+        raise ValueError(
+            f"{name}: targets of shape {y_true.shape} do not broadcast to predictions of "
+            f"shape {y_pred.shape}"
+        ) from None
+    return y_true
+
+
 class MeanSquaredError(Loss):
     """Mean over the last axis of ``(y_true - y_pred) ** 2``."""
 
     def per_example(self, y_true: np.ndarray, y_pred: Tensor) -> Tensor:
         """Squared error averaged over the last axis."""
-        diff = ops.subtract(y_pred, y_true.astype(y_pred.dtype).reshape(y_pred.shape))
+        diff = ops.subtract(y_pred, _same_rank(y_true, y_pred, self.name))
         return _mean_last(ops.square(diff))
 
 
@@ -89,8 +135,11 @@ class BinaryCrossentropy(Loss):
 
     def per_example(self, y_true: np.ndarray, y_pred: Tensor) -> Tensor:
         """Mean over the last axis of the element-wise cross-entropy."""
-        y = y_true.astype(y_pred.dtype).reshape(y_pred.shape)
-        if self.from_logits:
+        y = _same_rank(y_true, y_pred, self.name)
+        logits = None if self.from_logits else logits_of(y_pred)
+        if logits is not None:  # a sigmoid's output: compute from its input (Keras)
+            y_pred = logits
+        if self.from_logits or logits is not None:
             # max(z, 0) - z*y + log(1 + exp(-|z|)) == softplus(z) - z*y
             loss = ops.subtract(ops.softplus(y_pred), ops.multiply(y_pred, y))
         else:
@@ -111,8 +160,9 @@ class CategoricalCrossentropy(Loss):
         self.from_logits = from_logits
 
     def _log_probs(self, y_pred: Tensor) -> Tensor:
-        if self.from_logits:
-            return ops.log_softmax(y_pred, axis=-1)
+        logits = None if self.from_logits else logits_of(y_pred)
+        if self.from_logits or logits is not None:  # a softmax's output: from its input
+            return ops.log_softmax(y_pred if logits is None else logits, axis=-1)
         total = ops.reduce_sum(y_pred, axis=-1, keepdims=True)
         return ops.log(ops.add(ops.divide(y_pred, total), _EPS))
 

@@ -14,6 +14,7 @@ import numpy as np
 from hpcdist.core import context
 from hpcdist.core.autodiff import Tensor
 from hpcdist.core.variables import VariableAggregation, VariableSynchronization
+from hpcdist.nn.scalars import ScalarValue
 from hpcdist.utils.xp import to_numpy
 
 __all__ = [
@@ -112,10 +113,15 @@ class Metric:
         """Accumulate (override)."""
         raise NotImplementedError
 
-    def result(self) -> float:
-        """``total / count`` over every replica (0 before any update)."""
+    def result(self) -> ScalarValue:
+        """``total / count`` over every replica (0 before any update); has ``numpy()``."""
         total, count = float(self.total.numpy()), float(self.count.numpy())
-        return total / count if count else 0.0
+        return ScalarValue(total / count if count else 0.0)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> ScalarValue:
+        """`update_state` with these arguments, then `result` (Keras' metric call)."""
+        self.update_state(*args, **kwargs)
+        return self.result()
 
     def reset_state(self) -> None:
         """Zero the state (cross-replica context)."""
@@ -150,9 +156,9 @@ class Sum(Metric):
         """Add values."""
         self._accumulate(_array(values), sample_weight, reduce=np.sum)
 
-    def result(self) -> float:
+    def result(self) -> ScalarValue:
         """The sum."""
-        return float(self.total.numpy())
+        return ScalarValue(self.total.numpy())
 
 
 class Accuracy(Metric):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -23,21 +22,35 @@ from hpcdist.data.dataset import Dataset
 from hpcdist.nn import losses as losses_mod
 from hpcdist.nn import metrics as metrics_mod
 from hpcdist.nn import optimizers as optimizers_mod
-from hpcdist.nn.batches import with_batch_rows
+from hpcdist.nn import saving
+from hpcdist.nn.base_layer import Layer, get_registered_class, input_shapes
+from hpcdist.nn.batches import array_batches, check_input
 from hpcdist.nn.callbacks import Callback, CallbackList, History, ProgressBar
-from hpcdist.nn.layers import Layer
+from hpcdist.nn.input_layer import InputLayer
+from hpcdist.nn.keras_tensor import KerasTensor, is_symbolic, symbolic_call
 from hpcdist.nn.ps_training import ParameterServerFit
+from hpcdist.nn.saving import load_model
 from hpcdist.utils.xp import to_numpy
 
-__all__ = ["Model", "Sequential"]
+__all__ = ["Model", "Sequential", "load_model"]
 
 
 class Model(Layer):
     """A layer made of layers; subclass it and implement ``call(inputs, training)``.
 
     Layers assigned as attributes (or in lists) are tracked. The strategy current at
-    construction is the model's `distribute_strategy`.
+    construction is the model's `distribute_strategy`. ``Model(inputs, outputs)`` with
+    `KerasTensor` arguments makes a functional model (`hpcdist.nn.functional.Functional`).
     """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Model:
+        """``Model(inputs, outputs)`` is a `Functional` model, as in Keras."""
+        functional = ("inputs" in kwargs and "outputs" in kwargs) or (
+            len(args) >= 2 and is_symbolic(args[0])
+        )
+        if cls is Model and functional:
+            return super().__new__(get_registered_class("Functional"))
+        return super().__new__(cls)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -46,6 +59,7 @@ class Model(Layer):
         self.optimizer: Any = None
         self.loss: Any = None
         self.compiled_metrics: list[Any] = []
+        self.steps_per_execution = 1
         self.stop_training = False
         self.history: History | None = None
         self._resume_epoch: int | None = None
@@ -82,9 +96,33 @@ class Model(Layer):
     # -- compile ---------------------------------------------------------------------------
 
     def compile(
-        self, optimizer: Any = "rmsprop", loss: Any = None, metrics: list[Any] | None = None
+        self,
+        optimizer: Any = "rmsprop",
+        loss: Any = None,
+        metrics: list[Any] | None = None,
+        steps_per_execution: int = 1,
+        **kwargs: Any,
     ) -> None:
-        """Choose the optimizer, the loss and the metrics (strings or instances)."""
+        """Choose the optimizer, the loss and the metrics (strings or instances).
+
+        Args:
+            optimizer: Name or instance.
+            loss: Name, instance or callable.
+            metrics: Names or instances.
+            steps_per_execution: Steps run per call into the training loop (Keras' lever
+                against per-step overhead); accepted and recorded. hpcdist runs steps eagerly,
+                so there is no per-call dispatch to amortise: callbacks still see every step.
+            **kwargs: Keras' other arguments (``jit_compile``, ``run_eagerly``, ...), accepted
+                and ignored: they tune TF's graph execution, which hpcdist does not have.
+
+        Raises:
+            ValueError: ``steps_per_execution`` is not a positive integer.
+        """
+        if int(steps_per_execution) < 1:
+            raise ValueError(
+                f"steps_per_execution must be a positive integer, got {steps_per_execution!r}"
+            )
+        self.steps_per_execution = int(steps_per_execution)
         with self._scope():
             self.optimizer = optimizers_mod.get(optimizer)
             self.loss = losses_mod.get(loss) if loss is not None else None
@@ -151,58 +189,6 @@ class Model(Layer):
 
     # -- data ----------------------------------------------------------------------------------
 
-    @staticmethod
-    def _check_input(x: Any, batch_size: Any, what: str, allow_empty: bool = False) -> None:
-        """Reject a ``batch_size`` that is not a positive int, and (unless allowed) empty ``x``.
-
-        Raises:
-            ValueError: The message names the argument and quotes the value (as Keras does).
-        """
-        if batch_size is not None and (
-            not isinstance(batch_size, (int, np.integer))
-            or isinstance(batch_size, bool)
-            or batch_size < 1
-        ):
-            raise ValueError(
-                f"{what}: batch_size must be a positive integer or None, got {batch_size!r}"
-            )
-        if allow_empty:
-            return
-        if isinstance(x, Dataset):
-            if x.cardinality() == 0:
-                raise ValueError(f"{what}: x is a Dataset with no batches")
-        elif x is None or np.ndim(x) == 0 or len(x) == 0:
-            raise ValueError(
-                f"{what}: x has no examples (shape {np.shape(x)}); pass at least one example"
-            )
-
-    def _batches(
-        self,
-        x: Any,
-        y: Any,
-        batch_size: int | None,
-        shuffle: bool,
-        seed: int,
-        with_rows: bool = True,
-    ) -> Dataset:
-        """A dataset of global batches ``(x, y, global_rows)``."""
-        if isinstance(x, Dataset):
-            return with_batch_rows(x, y)
-        x = np.asarray(x)
-        y = None if y is None else np.asarray(y)
-        if y is not None and len(y) != len(x):
-            raise ValueError(f"x and y have different numbers of examples: {len(x)} and {len(y)}")
-        batch_size = batch_size or 32
-        n = len(x)
-
-        def make() -> Iterator[Any]:
-            order = np.random.default_rng(seed).permutation(n) if shuffle else np.arange(n)
-            for lo in range(0, n, batch_size):
-                idx = order[lo : lo + batch_size]
-                yield x[idx], (None if y is None else y[idx]), np.full(len(idx), len(idx), np.int64)
-
-        return Dataset(make, -(-n // batch_size))
-
     # -- fit / evaluate / predict ---------------------------------------------------------------
 
     def fit(
@@ -239,7 +225,7 @@ class Model(Layer):
                 examples (an empty array, or a Dataset with no batches).
         """
         self._require_compiled()
-        self._check_input(x, batch_size, "fit")
+        check_input(x, batch_size, "fit")
         strategy = self.distribute_strategy
         history = History()
         cbs = [history, *(callbacks or [])]
@@ -263,7 +249,7 @@ class Model(Layer):
         elif steps_per_epoch is not None:
             continuous = iter(
                 strategy.experimental_distribute_dataset(
-                    self._batches(x, y, batch_size, shuffle, seed).repeat()
+                    array_batches(x, y, batch_size, shuffle, seed).repeat()
                 )
             )
         for epoch in range(initial_epoch, epochs):
@@ -278,11 +264,11 @@ class Model(Layer):
                 if continuous is not None:
                     iterator = continuous
                 else:
-                    data = self._batches(x, y, batch_size, shuffle, seed + epoch)
+                    data = array_batches(x, y, batch_size, shuffle, seed + epoch)
                     iterator = iter(strategy.experimental_distribute_dataset(data))
                 self._train_epoch(iterator, steps_per_epoch, cb)
             with self._scope():
-                logs = {m.name: m.result() for m in self.metrics}
+                logs = {m.name: float(m.result()) for m in self.metrics}
             logs["time_s"] = time.perf_counter() - t0
             if validation_data is not None:
                 vx, vy = (
@@ -314,7 +300,7 @@ class Model(Layer):
     def _batch_logs(self) -> dict[str, float]:
         """The epoch's running loss and metrics over all replicas (collective under MPI)."""
         with self._scope():
-            return {m.name: m.result() for m in self.metrics}
+            return {m.name: float(m.result()) for m in self.metrics}
 
     def evaluate(
         self,
@@ -331,18 +317,18 @@ class Model(Layer):
             ValueError: ``batch_size`` is not a positive integer or None, or ``x`` is empty.
         """
         self._require_compiled()
-        self._check_input(x, batch_size, "evaluate")
+        check_input(x, batch_size, "evaluate")
         strategy = self.distribute_strategy
         with self._scope():
             for m in self.metrics:
                 m.reset_state()
-        data = self._batches(x, y, batch_size, False, 0)
+        data = array_batches(x, y, batch_size, False, 0)
         for i, (bx, by, _) in enumerate(strategy.experimental_distribute_dataset(data)):
             if steps is not None and i >= steps:
                 break
             strategy.run(self.test_step, args=(bx, by))
         with self._scope():
-            results = {m.name: m.result() for m in self.metrics}
+            results = {m.name: float(m.result()) for m in self.metrics}
         if return_dict:
             return results
         values = list(results.values())
@@ -354,22 +340,47 @@ class Model(Layer):
         Raises:
             ValueError: ``batch_size`` is not a positive integer or None.
         """
-        self._check_input(x, batch_size, "predict", allow_empty=True)
+        check_input(x, batch_size, "predict", allow_empty=True)
         strategy = self.distribute_strategy
-        data = self._batches(x, None, batch_size, False, 0)
+        data = array_batches(x, None, batch_size, False, 0)
         outputs = []
         for bx, _, _ in strategy.experimental_distribute_dataset(data):
             out = strategy.run(lambda b: self(b, training=False).value, args=(bx,))
             outputs.append(strategy.gather(out, axis=0))
         return np.concatenate(outputs) if outputs else np.zeros((0,))
 
-    def __call__(self, inputs: Any, training: bool | None = None) -> Any:
-        """Build on first use, then `call`."""
+    def __call__(self, inputs: Any, training: bool | None = None, **kwargs: Any) -> Any:
+        """Build on first use, then `call`.
+
+        A subclassed model without its own ``build`` builds on the real input: its layers
+        build as ``call`` reaches them (so dict and tuple inputs work, as in Keras).
+        """
+        if is_symbolic(inputs):
+            return symbolic_call(self, inputs, kwargs)
+        inputs = self._convert_inputs(inputs)
         if not self.built:
-            self._maybe_build(
-                tuple(np.shape(inputs.value if isinstance(inputs, Tensor) else inputs))
-            )
-        return self.call(inputs, training=training)
+            if type(self).build is Model.build:
+                self.built = True
+            else:
+                self._maybe_build(input_shapes(inputs))
+        return self.call(inputs, training=training, **kwargs)
+
+    # -- saving ----------------------------------------------------------------------------
+
+    def save(self, filepath: str, overwrite: bool = True, **kwargs: Any) -> None:
+        """Write the model (config, compile arguments, weights) to an HDF5 file.
+
+        Collective: every rank calls it. Load it with `load_model`.
+        """
+        saving.save_model(self, str(filepath))
+
+    def save_weights(self, filepath: str, overwrite: bool = True, **kwargs: Any) -> None:
+        """Write every weight to an HDF5 file (collective: every rank calls it)."""
+        saving.save_weights(self, str(filepath))
+
+    def load_weights(self, filepath: str, **kwargs: Any) -> None:
+        """Assign the weights of a `save_weights` / `save` file (or a checkpoint)."""
+        saving.load_weights(self, str(filepath))
 
     def summary(self, print_fn: Any = print) -> None:
         """Print the layers, their output shapes and parameter counts."""
@@ -398,8 +409,15 @@ class Sequential(Model):
         for layer in layers or []:
             self.add(layer)
 
-    def add(self, layer: Layer) -> None:
-        """Append a layer (built at once when the first layer has an ``input_shape``)."""
+    def add(self, layer: Layer | KerasTensor) -> None:
+        """Append a layer (built at once when the first layer has an ``input_shape``).
+
+        An `Input` tensor or an `InputLayer` gives the input shape (first position only).
+        """
+        if isinstance(layer, KerasTensor) and isinstance(layer.layer, InputLayer):
+            layer = layer.layer
+        if isinstance(layer, InputLayer) and self._layers:
+            raise ValueError(f"{self.name}: an InputLayer can only be the first layer")
         if not isinstance(layer, Layer):
             raise TypeError(f"Sequential takes layers, got {type(layer).__name__}")
         self._layers.append(layer)
@@ -418,4 +436,36 @@ class Sequential(Model):
     def build(self, input_shape: tuple[Any, ...]) -> None:
         """Build every layer with a zero batch of one example."""
         self.built = True
-        self.call(np.zeros((1, *input_shape[1:]), dtype=self.dtype), training=False)
+        first = self._layers[0] if self._layers else None
+        dtype = first.dtype if isinstance(first, InputLayer) else self.dtype
+        self.call(np.zeros((1, *input_shape[1:]), dtype=dtype), training=False)
+
+    @property
+    def layers(self) -> list[Layer]:
+        """The layers, without the `InputLayer` (as in Keras)."""
+        return [layer for layer in self._layers if not isinstance(layer, InputLayer)]
+
+    def get_config(self) -> dict[str, Any]:
+        """The layers' classes and configs, in order (JSON-able)."""
+        return {
+            "name": self.name,
+            "layers": [
+                {"class_name": type(layer).__name__, "config": layer.get_config()}
+                for layer in self._layers
+            ],
+        }
+
+    @classmethod
+    def from_config(
+        cls, config: dict[str, Any], custom_objects: dict[str, Any] | None = None
+    ) -> Sequential:
+        """A new `Sequential` from `get_config`'s output."""
+        return cls(
+            [
+                get_registered_class(entry["class_name"], custom_objects).from_config(
+                    entry["config"]
+                )
+                for entry in config["layers"]
+            ],
+            name=config["name"],
+        )

@@ -18,6 +18,7 @@ from hpcdist.comm.reduce_op import ReduceOp
 from hpcdist.core import context
 from hpcdist.core.autodiff import GradientTape, IndexedSlices, Tensor
 from hpcdist.core.variables import Variable, variable_key
+from hpcdist.nn.scalars import ScalarValue
 from hpcdist.strategies.values import PerReplica
 from hpcdist.utils.xp import array_module, as_array
 
@@ -105,16 +106,25 @@ class Optimizer:
     # -- learning rate -------------------------------------------------------------------------
 
     @property
-    def learning_rate(self) -> float:
-        """The current learning rate (schedules evaluated at `iterations`)."""
+    def learning_rate(self) -> ScalarValue:
+        """The current learning rate (schedules evaluated at `iterations`).
+
+        A float that also has ``numpy()``, and ``assign(value)`` as Keras' variable has.
+        """
         lr = self._learning_rate
         if isinstance(lr, LearningRateSchedule):
-            return float(lr(int(self.iterations.numpy()) if self.iterations is not None else 0))
-        return float(lr)
+            step = int(self.iterations.numpy()) if self.iterations is not None else 0
+            return ScalarValue(lr(step), self._set_learning_rate)
+        return ScalarValue(lr, self._set_learning_rate)
+
+    def _set_learning_rate(self, value: float) -> None:
+        self._learning_rate = value
 
     @learning_rate.setter
     def learning_rate(self, value: float | LearningRateSchedule) -> None:
-        self._learning_rate = value
+        self._learning_rate = value if isinstance(value, LearningRateSchedule) else float(value)
+
+    lr = learning_rate
 
     # -- slots -------------------------------------------------------------------------------------
 
@@ -196,7 +206,7 @@ class Optimizer:
 
     def _apply(self, pairs: list[tuple[Any, Any]]) -> None:
         self._build([v for _, v in pairs])
-        lr = self.learning_rate
+        lr = float(self.learning_rate)
         step = int(self.iterations.numpy()) + 1
         for grad, var in pairs:
             if isinstance(grad, IndexedSlices) and hasattr(var, "scatter_add"):

@@ -1,0 +1,189 @@
+"""Conv2D and MaxPooling2D (``tf.keras.layers``), channels-last, on `hpcdist.core.conv_ops`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hpcdist.core import conv_ops
+from hpcdist.core import math_ops as ops
+from hpcdist.core.autodiff import Tensor
+from hpcdist.nn import activations
+from hpcdist.nn.base_layer import Layer, float_input
+from hpcdist.nn.layer_config import (
+    activation_config,
+    config_value,
+    regularizer_config,
+    regularizer_from_config,
+)
+
+__all__ = ["Conv2D", "MaxPooling2D"]
+
+
+def _pair(value: Any, what: str) -> tuple[int, int]:
+    """``(a, b)`` from an int or a pair of positive ints.
+
+    Raises:
+        ValueError: Not one or two positive integers.
+    """
+    pair = (value, value) if isinstance(value, int) else tuple(int(v) for v in value)
+    if len(pair) != 2 or min(pair) < 1:
+        raise ValueError(f"{what} must be a positive int or a pair of them, got {value!r}")
+    return pair
+
+
+def _channels_last(layer: str, data_format: str | None) -> None:
+    """Raises ValueError: a data format other than channels_last."""
+    if data_format not in (None, "channels_last"):
+        raise ValueError(
+            f"{layer}: only data_format='channels_last' is supported, got {data_format!r}"
+        )
+
+
+def _padding(padding: str) -> str:
+    padding = str(padding).lower()
+    if padding not in ("valid", "same"):
+        raise ValueError(f"padding must be 'valid' or 'same', got {padding!r}")
+    return padding
+
+
+class Conv2D(Layer):
+    """``activation(conv2d(inputs, kernel) + bias)`` on ``(batch, height, width, channels)``.
+
+    Args:
+        filters: Output channels.
+        kernel_size: An int or ``(kh, kw)``.
+        strides: An int or ``(sh, sw)``.
+        padding: ``"valid"`` or ``"same"`` (TF's rule).
+        data_format: ``"channels_last"`` (or None) only.
+        activation: Name or callable (None = linear).
+        use_bias: Add a bias per filter.
+        kernel_initializer: Initializer of the ``(kh, kw, in_channels, filters)`` kernel.
+        bias_initializer: Initializer of the bias.
+        kernel_regularizer: Penalty on the kernel.
+        bias_regularizer: Penalty on the bias.
+        **kwargs: `Layer` arguments (``name``, ``input_shape``, ...).
+
+    Raises:
+        ValueError: Non-positive filters, a bad size, stride, padding or data format.
+    """
+
+    def __init__(
+        self,
+        filters: int,
+        kernel_size: Any,
+        strides: Any = (1, 1),
+        padding: str = "valid",
+        data_format: str | None = None,
+        activation: Any = None,
+        use_bias: bool = True,
+        kernel_initializer: Any = "glorot_uniform",
+        bias_initializer: Any = "zeros",
+        kernel_regularizer: Any = None,
+        bias_regularizer: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if int(filters) <= 0:
+            raise ValueError(f"Conv2D filters must be positive, got {filters}")
+        _channels_last(self.name, data_format)
+        self.filters = int(filters)
+        self.kernel_size = _pair(kernel_size, "kernel_size")
+        self.strides = _pair(strides, "strides")
+        self.padding = _padding(padding)
+        self.activation = activations.get(activation)
+        self.use_bias = use_bias
+        self.kernel_initializer, self.bias_initializer = kernel_initializer, bias_initializer
+        self.kernel_regularizer = regularizer_from_config(kernel_regularizer)
+        self.bias_regularizer = regularizer_from_config(bias_regularizer)
+
+    def build(self, input_shape: tuple[int, ...]) -> None:
+        """Kernel ``(kh, kw, channels, filters)`` and bias ``(filters,)``.
+
+        Raises:
+            ValueError: The input is not ``(batch, height, width, channels)``.
+        """
+        if len(input_shape) != 4:
+            raise ValueError(
+                f"{self.name}: Conv2D expects inputs of rank 4 (batch, height, width, "
+                f"channels), got shape {tuple(input_shape)}"
+            )
+        self.kernel = self.add_weight(
+            "kernel",
+            (*self.kernel_size, int(input_shape[-1]), self.filters),
+            self.kernel_initializer,
+            self.kernel_regularizer,
+        )
+        self.bias = (
+            self.add_weight("bias", (self.filters,), self.bias_initializer, self.bias_regularizer)
+            if self.use_bias
+            else None
+        )
+        self.built = True
+
+    def call(self, inputs: Any, training: bool | None = None) -> Tensor:
+        """Convolution, bias, activation."""
+        out = conv_ops.conv2d(
+            float_input(inputs, self.dtype), self.kernel, self.strides, self.padding
+        )
+        if self.bias is not None:
+            out = ops.add(out, self.bias)
+        return self.activation(out)
+
+    def get_config(self) -> dict[str, Any]:
+        """Constructor arguments (JSON-able)."""
+        n = self.name
+        return {
+            **super().get_config(),
+            "filters": self.filters,
+            "kernel_size": list(self.kernel_size),
+            "strides": list(self.strides),
+            "padding": self.padding,
+            "activation": activation_config(n, self.activation),
+            "use_bias": self.use_bias,
+            "kernel_initializer": config_value(n, "initializer", self.kernel_initializer),
+            "bias_initializer": config_value(n, "initializer", self.bias_initializer),
+            "kernel_regularizer": regularizer_config(n, self.kernel_regularizer),
+            "bias_regularizer": regularizer_config(n, self.bias_regularizer),
+        }
+
+
+class MaxPooling2D(Layer):
+    """Maximum over windows of ``(batch, height, width, channels)``.
+
+    Args:
+        pool_size: An int or ``(ph, pw)``.
+        strides: An int or a pair; None means ``pool_size`` (Keras' default).
+        padding: ``"valid"`` or ``"same"``.
+        data_format: ``"channels_last"`` (or None) only.
+        **kwargs: `Layer` arguments.
+
+    Raises:
+        ValueError: A bad size, stride, padding or data format.
+    """
+
+    def __init__(
+        self,
+        pool_size: Any = (2, 2),
+        strides: Any = None,
+        padding: str = "valid",
+        data_format: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        _channels_last(self.name, data_format)
+        self.pool_size = _pair(pool_size, "pool_size")
+        self.strides = self.pool_size if strides is None else _pair(strides, "strides")
+        self.padding = _padding(padding)
+
+    def call(self, inputs: Any, training: bool | None = None) -> Tensor:
+        """Max pooling."""
+        return conv_ops.max_pool2d(inputs, self.pool_size, self.strides, self.padding)
+
+    def get_config(self) -> dict[str, Any]:
+        """Constructor arguments (JSON-able)."""
+        return {
+            **super().get_config(),
+            "pool_size": list(self.pool_size),
+            "strides": list(self.strides),
+            "padding": self.padding,
+        }
