@@ -16,7 +16,7 @@ from hpcdist.cli import main
 
 def _main() -> int:
     argv = sys.argv[1:]
-    if not argv or argv[0] in ("info", "run", "bench", "-h", "--help"):
+    if not argv or argv[0] in ("info", "run", "bench", "timeline", "-h", "--help"):
         return main(argv)
     abort.install()
     script = argv[0]

@@ -1,4 +1,4 @@
-"""The ``hpcdist`` command: ``info``, ``run`` (with ``--max-restarts``) and ``bench``.
+"""The ``hpcdist`` command: ``info``, ``run``, ``bench`` and ``timeline``.
 
 ``run`` and ``bench`` start mpiexec or srun and must not start MPI in this process, so the
 ``info`` command's module (which does) is loaded only when ``info`` runs.
@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from hpcdist.log import process_rank
 from hpcdist.restarts import run_with_restarts
+from hpcdist.timeline_summary import format_summary, load_trace, summarize
 
 __all__ = ["launcher_command", "main"]
 
@@ -43,11 +45,23 @@ def _cmd_info(_: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     argv = [args.script, *args.args]
+    if args.timeline:
+        os.environ["HPCDIST_TIMELINE"] = os.path.abspath(args.timeline)
     if args.max_restarts == 0 and args.min_ranks is None:
         return subprocess.call(launcher_command(args.n, argv))
     return run_with_restarts(
         lambda n: launcher_command(n, argv), args.n, args.max_restarts, args.min_ranks
     )
+
+
+def _cmd_timeline(args: argparse.Namespace) -> int:
+    try:
+        summary = summarize(load_trace(args.trace))
+    except (OSError, ValueError) as exc:
+        print(f"hpcdist timeline: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(summary, indent=1) if args.json else format_summary(summary))
+    return 0
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -86,9 +100,16 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="each restart runs on one rank fewer, down to this many (the checkpoint reshards)",
     )
+    p.add_argument(
+        "--timeline", default=None, help="record a timeline of every rank into this trace file"
+    )
     p.add_argument("script")
     p.add_argument("args", nargs=argparse.REMAINDER)
     p.set_defaults(fn=_cmd_run)
+    p = sub.add_parser("timeline", help="summarise a trace recorded with --timeline")
+    p.add_argument("trace")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(fn=_cmd_timeline)
     p = sub.add_parser("bench", help="run a benchmark from benchmarks/ (list them without a name)")
     p.add_argument("name", nargs="?")
     p.add_argument("-n", type=int, default=2, help="number of ranks")

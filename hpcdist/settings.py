@@ -96,6 +96,15 @@ def _implementation(value: Any) -> str:
     return name
 
 
+def _path(value: Any) -> str | None:
+    """A file path, or None for an empty one."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"expected a file path, got {value!r}")
+    return value.strip() or None
+
+
 def _log_level(value: Any) -> str | int:
     """A ``logging`` level name (returned upper case) or an integer level >= 0."""
     expected = f"a logging level name {list(LOG_LEVELS)} (any case) or an integer >= 0"
@@ -137,6 +146,7 @@ _RULES: dict[str, Callable[[Any], Any]] = {
     "nccl_hierarchical": _bool,
     "gpu": _int_rule(0, optional=True),
     "restart_count": _int_rule(0),
+    "timeline": _path,
 }
 
 
@@ -192,6 +202,8 @@ class Settings:
             `hpcdist.cluster.gpus.pick_gpu`). Env: ``HPCDIST_GPU``.
         restart_count: How many times ``hpcdist run --max-restarts`` relaunched this job
             before this attempt (set by it; 0 on the first). Env: ``HPCDIST_RESTART_COUNT``.
+        timeline: Record a timeline of every rank into this Chrome trace file
+            (`hpcdist.timeline`); None records nothing. Env: ``HPCDIST_TIMELINE``.
 
     Raises:
         ValueError: A value breaks its field's rule; the message names the field, what is
@@ -215,6 +227,7 @@ class Settings:
     nccl_hierarchical: bool = False
     gpu: int | None = None
     restart_count: int = 0
+    timeline: str | None = None
 
     def __post_init__(self) -> None:
         for name, rule in _RULES.items():

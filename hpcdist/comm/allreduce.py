@@ -216,7 +216,7 @@ class AllReduce:
         if (fresh or in_place) and backend.in_place:
             src = dst = wire
         elif xp is np:
-            src, dst = wire, self._outputs.take(wire)
+            src, dst = wire, self._outputs.take(wire.size, wire.dtype)
         else:
             src, dst = wire, xp.empty_like(wire)
         if self.size == 1 and path is None and compress is None:
@@ -299,7 +299,11 @@ class AllReduce:
         nccl_error: str | None,
     ) -> Any:
         """Pack ``members`` and all-reduce the pack (inside the pack's guard)."""
-        packed = fusion.pack(members)
+        if path is None:  # a reused buffer: no page faults (results are views of it)
+            total = sum(m.size for m in members)
+            packed = fusion.pack(members, self._outputs.take(total, members[0].dtype))
+        else:
+            packed = fusion.pack(members)
         header = Header(deadline.seq, kind, op.code, dtype_code(packed.dtype), packed.shape, layout)
         error = nccl_error or check_reducible(packed.dtype, op)
         if path is not None and error is None:

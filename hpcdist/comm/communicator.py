@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from hpcdist import abort
+from hpcdist import abort, timeline
 from hpcdist.cluster.topology import NodeLayout, node_layout, split_node
 from hpcdist.comm import lifetime
 from hpcdist.comm.allreduce import SHM_IMPLS, AllReduce
@@ -65,6 +65,7 @@ class Communicator:
     ) -> None:
         self.settings = settings or get_settings()
         self.options = options or CommunicationOptions()
+        timeline.start_from_environment()
         self._comm: MPI.Intracomm = (MPI.COMM_WORLD if comm is None else comm).Dup()
         self.layout: NodeLayout = node_layout(self._comm, self.settings.ranks_per_node)
         self._node_comm = split_node(self._comm, self.settings.ranks_per_node)
@@ -157,7 +158,7 @@ class Communicator:
             DeadlineExceededError: Some ranks did not join within the deadline.
             TypeError: An op that the dtype does not support (every rank raises).
         """
-        if self._fast and type(x) is np.ndarray and not self._pending:
+        if self._fast and type(x) is np.ndarray and not self._pending and not timeline._recorder:
             opts = self._opts(options)
             if opts.compression is None and opts.implementation in SHM_IMPLS:
                 result = self._small(x, op, opts.timeout)
@@ -172,7 +173,13 @@ class Communicator:
         options: CommunicationOptions | None = None,
     ) -> np.ndarray:
         """Reduce ``x`` in place over all ranks and return it."""
-        if self._fast and type(x) is np.ndarray and not self._pending and x.flags.writeable:
+        if (
+            self._fast
+            and type(x) is np.ndarray
+            and not self._pending
+            and x.flags.writeable
+            and not timeline._recorder
+        ):
             opts = self._opts(options)
             if opts.compression is None and opts.implementation in SHM_IMPLS:
                 result = self._small(x, op, opts.timeout, out=x)

@@ -15,6 +15,7 @@ from typing import Any
 
 from mpi4py import MPI
 
+from hpcdist import timeline
 from hpcdist.utils.xp import current_gpu, device_scope
 
 __all__ = ["Handle", "Runner"]
@@ -50,6 +51,7 @@ class Runner:
         self.lock = threading.Lock()
         self.pending: list[concurrent.futures.Future] = []
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self.channel = timeline.new_channel()  # names the communicator in a timeline
 
     def drain(self) -> None:
         """Wait for every pending async collective (their errors stay in their handles)."""
@@ -63,7 +65,9 @@ class Runner:
         if self.pending:
             self.drain()
         with self.lock:
-            return fn(*args)
+            if timeline._recorder is None:
+                return fn(*args)
+            return self._traced(fn, args)
 
     def start(self, fn: Callable[..., Any], *args: Any) -> Handle:
         """Queue ``fn(*args)`` on the background thread (or run it now without one)."""
@@ -77,7 +81,33 @@ class Runner:
 
     def _run(self, device: str | None, fn: Callable[..., Any], *args: Any) -> Any:
         with self.lock, device_scope(device):
+            if timeline._recorder is None:
+                return fn(*args)
+            return self._traced(fn, args)
+
+    def _traced(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        """Run ``fn(*args)`` and record it on the timeline (kind, bytes, dtype, call number)."""
+        seq = timeline.next_sequence(self.channel)
+        first = args[0] if args else None
+        if isinstance(first, list | tuple):
+            nbytes = sum(int(getattr(x, "nbytes", 0)) for x in first)
+            dtype = str(getattr(first[0], "dtype", "")) if first else ""
+        else:
+            nbytes, dtype = int(getattr(first, "nbytes", 0)), str(getattr(first, "dtype", ""))
+        name = getattr(fn, "__name__", "collective")
+        if name == "grouped":
+            name = "grouped_allreduce"
+        begin = timeline.now()
+        try:
             return fn(*args)
+        finally:
+            timeline.record(
+                "collective",
+                name,
+                begin,
+                timeline.now(),
+                {"bytes": nbytes, "dtype": dtype, "comm": self.channel, "seq": seq},
+            )
 
     def close(self) -> None:
         """Finish the pending collectives and stop the thread."""

@@ -5,7 +5,7 @@ of new memory page-faults (about 2 s of kernel time per GiB). `OutputPool` keeps
 large outputs and hands one out again when nothing outside the pool refers to it any more (its
 reference count says so; a view of it, a memoryview or an exported buffer all hold a
 reference). ``y = comm.allreduce(x)`` in a loop then alternates between two buffers instead of
-faulting in a new one each step.
+faulting in a new one each step; tensor fusion packs into them too.
 """
 
 from __future__ import annotations
@@ -39,24 +39,21 @@ class OutputPool:
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def take(self, like: np.ndarray) -> np.ndarray:
-        """A 1-d array of ``like``'s size and dtype that no caller holds (contents undefined)."""
-        if like.nbytes < MIN_POOLED_BYTES:
-            return np.empty_like(like)
+    def take(self, size: int, dtype: np.dtype) -> np.ndarray:
+        """A 1-d array of ``size`` elements of ``dtype`` that no caller holds (undefined data)."""
+        dtype = np.dtype(dtype)
+        if size * dtype.itemsize < MIN_POOLED_BYTES:
+            return np.empty(size, dtype)
         with self._lock:
-            return self._take(like)
+            return self._take(size, dtype)
 
-    def _take(self, like: np.ndarray) -> np.ndarray:
+    def _take(self, size: int, dtype: np.dtype) -> np.ndarray:
         for key in list(self._arrays):
             arr = self._arrays[key]
-            if (
-                arr.size == like.size
-                and arr.dtype == like.dtype
-                and sys.getrefcount(arr) <= _FREE_REFS
-            ):
+            if arr.size == size and arr.dtype == dtype and sys.getrefcount(arr) <= _FREE_REFS:
                 self._arrays.move_to_end(key)
                 return arr
-        arr = np.empty(like.size, like.dtype)
+        arr = np.empty(size, dtype)
         self._arrays[id(arr)] = arr
         self._bytes += arr.nbytes
         while self._arrays and (

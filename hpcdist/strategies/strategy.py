@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from hpcdist import timeline
 from hpcdist.comm import Communicator
 from hpcdist.comm.reduce_op import ReduceOp
 from hpcdist.core import context
@@ -205,6 +206,12 @@ class Strategy:
                 f"`args` to strategy.run must be a tuple or list, got {type(args).__name__}"
             )
         kwargs = kwargs or {}
+        if timeline._recorder is not None:
+            with timeline.span("step", "strategy.run", replicas=self.num_replicas_in_sync):
+                return self._run(fn, args, kwargs)
+        return self._run(fn, args, kwargs)
+
+    def _run(self, fn: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> Any:
         per_replica = [
             (tuple(_select(x, i) for x in args), {k: _select(v, i) for k, v in kwargs.items()})
             for i in range(self.extended.local_replicas)

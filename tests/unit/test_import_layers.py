@@ -27,6 +27,8 @@ LAYERS = {
     "hpcdist.log": 0,
     "hpcdist.abort": 0,
     "hpcdist.exit_codes": 0,
+    "hpcdist.timeline": 0,
+    "hpcdist.timeline_summary": 5,
     "hpcdist.utils": 0,
     "hpcdist.cluster": 0,
     "hpcdist.data": 0,

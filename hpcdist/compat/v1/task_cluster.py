@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from hpcdist import abort
+from hpcdist import abort, timeline
 from hpcdist.cluster.spec import ClusterSpec
 from hpcdist.comm import lifetime
 from hpcdist.errors import ClusterConfigError
@@ -85,6 +85,7 @@ class TaskCluster:
         check_claims(cluster, claims)
         if get_settings().abort_on_exception:
             abort.install()  # a task that dies must end the job, not strand the others
+        timeline.start_from_environment()
         return cls(cluster, job_name, task_index, [(j, t) for j, t, _ in claims], world.Dup())
 
     # -- memory -------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from typing import Any
 
 import cloudpickle
 
+from hpcdist import timeline
 from hpcdist.core.variables import Variable
 from hpcdist.data.nest import flatten, map_structure
 from hpcdist.errors import CancelledError, WorkerPreemptedError
@@ -103,13 +104,15 @@ class PerWorkerDataset:
 
 
 class _Closure:
-    __slots__ = ("args", "avoid", "function", "remote_value", "running", "worker")
+    __slots__ = ("args", "avoid", "function", "remote_value", "running", "sent", "t0", "worker")
 
     def __init__(self, function: FunctionEntry, args: bytes, worker: int | None) -> None:
         self.function, self.args, self.worker = function, args, worker
         self.remote_value = RemoteValue()
         self.avoid: int | None = None
         self.running: Running | None = None
+        self.t0 = timeline.now()  # scheduled (for the timeline)
+        self.sent = 0.0
 
 
 class ClusterCoordinator:
@@ -342,6 +345,7 @@ class ClusterCoordinator:
     def _send(self, worker: int, closure: _Closure) -> None:
         blob, forget = self._held[worker].message(closure.function)
         key = closure.function.key
+        closure.sent = timeline.now()
         self._rt.send_command(worker, ("run", key, blob, closure.args, forget))
 
     def _receive(self, worker: int, reply: bytes) -> None:
@@ -353,6 +357,11 @@ class ClusterCoordinator:
         kind, payload, remote_tb = pickle.loads(reply)
         with self._cond:
             closure = self._inflight.pop(worker)
+            if timeline._recorder is not None:
+                end, name = timeline.now(), closure.function.name
+                args = {"worker_rank": worker, "outcome": kind}
+                timeline.record("ps", f"queued {name}", closure.t0, closure.sent, args)
+                timeline.record("ps", f"remote {name}", closure.sent, end, args)
             if kind == "ok":
                 closure.remote_value._set(payload)
             elif isinstance(payload, WorkerPreemptedError):

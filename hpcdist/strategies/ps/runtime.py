@@ -34,12 +34,14 @@ from typing import Any, Protocol
 import cloudpickle
 from mpi4py import MPI
 
+from hpcdist import timeline
 from hpcdist.abort import ABORT_EXIT_CODE
 from hpcdist.core.autodiff import Tensor
 from hpcdist.core.variables import Variable
 from hpcdist.data.nest import map_structure
 from hpcdist.errors import ClusterConfigError, OutOfRangeError, UnavailableError
 from hpcdist.settings import get_settings
+from hpcdist.strategies.ps.functions import describe
 from hpcdist.strategies.values import DistributedValues
 
 __all__ = [
@@ -104,6 +106,7 @@ def install_runtime(
     global _runtime
     if _runtime is not None:
         raise RuntimeError("a job can create one ParameterServerStrategy")
+    timeline.start_from_environment()
     _runtime = _Runtime(strategy, comm, roles, store, allocator)
     return _runtime
 
@@ -358,7 +361,12 @@ class _Runtime:
                     "this worker's functions is wrong"
                 )
             args, kwargs = pickle.loads(args_blob)
-            with self.strategy.scope():
+            traced = (
+                timeline.span("ps", f"run {describe(fn)}")
+                if timeline._recorder is not None
+                else contextlib.nullcontext()
+            )
+            with self.strategy.scope(), traced:
                 try:
                     value = fn(*args, **kwargs)
                 except StopIteration:

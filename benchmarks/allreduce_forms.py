@@ -1,0 +1,107 @@
+"""Out-of-place against in-place all-reduce, and fused against per-tensor, beside raw mpi4py.
+
+Run: ``mpiexec -n 2 python benchmarks/allreduce_forms.py [--out results.json]``.
+
+- ``forms``: at 4 KiB ... 64 MiB of float32, ``y = comm.allreduce(x)`` (a new result each
+  call, the previous one dropped) against ``comm.allreduce_(x)`` (in place) and raw
+  ``MPI.Allreduce(x, y)`` into a preallocated ``y``; medians of synchronised repetitions,
+  interleaved; ratios out-of-place / in-place and / raw.
+- ``fusion``: 200 tensors of 1-64 KiB (the same sizes on every rank):
+  ``grouped_allreduce`` at several ``bytes_per_pack`` against a loop of ``allreduce_`` and a
+  loop of raw ``Allreduce``.
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import sys  # noqa: E402
+
+import numpy as np  # noqa: E402
+from mpi4py import MPI  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _util import emit, time_collective  # noqa: E402
+
+import hpcdist as hd  # noqa: E402
+
+SIZES = (4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20)
+ROUNDS = 3
+
+
+def forms(comm, raw) -> list[dict]:
+    rows = []
+    for nbytes in SIZES:
+        x = np.ones(nbytes // 4, np.float32)
+        y = np.empty_like(x)
+        budget = 0.4 if nbytes < (16 << 20) else 1.5
+        calls = {
+            "out_of_place": lambda x=x: comm.allreduce(x),
+            "in_place": lambda x=x: comm.allreduce_(x),
+            "raw": lambda x=x, y=y: raw.Allreduce(x, y),
+        }
+        times = {k: [] for k in calls}
+        for _ in range(ROUNDS):
+            for key, fn in calls.items():
+                times[key].append(time_collective(fn, raw, budget_s=budget))
+        med = {k: float(np.median(v)) for k, v in times.items()}
+        rows.append(
+            {
+                "bytes": nbytes,
+                "us": {k: v * 1e6 for k, v in med.items()},
+                "out_over_in": med["out_of_place"] / med["in_place"],
+                "out_over_raw": med["out_of_place"] / med["raw"],
+                "in_over_raw": med["in_place"] / med["raw"],
+            }
+        )
+    return rows
+
+
+def fusion(comm, raw) -> dict:
+    rng = np.random.default_rng(0)
+    sizes = [int(k) * 256 for k in rng.integers(1, 65, 200)]  # 1-64 KiB of float32
+    tensors = [np.ones(s, np.float32) for s in sizes]
+    outs = [np.empty_like(t) for t in tensors]
+    calls = {
+        "loop_inplace": lambda: [comm.allreduce_(t) for t in tensors],
+        "raw_loop": lambda: [raw.Allreduce(t, o) for t, o in zip(tensors, outs, strict=True)],
+    }
+    for pack in (64 << 10, 256 << 10, 1 << 20, 4 << 20, 0):
+        opts = hd.CommunicationOptions(bytes_per_pack=pack)
+        calls[f"fused_{pack}"] = lambda o=opts: comm.grouped_allreduce(tensors, options=o)
+    calls["fused_default"] = lambda: comm.grouped_allreduce(tensors)
+    times = {k: [] for k in calls}
+    for _ in range(ROUNDS):
+        for key, fn in calls.items():
+            times[key].append(time_collective(fn, raw, budget_s=0.6))
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    return {
+        "tensors": len(tensors),
+        "bytes": int(sum(sizes) * 4),
+        "ms": {k: v * 1e3 for k, v in med.items()},
+        "fused_default_over_loop": med["fused_default"] / med["loop_inplace"],
+        "fused_over_loop_by_pack": {
+            k[len("fused_") :]: v / med["loop_inplace"]
+            for k, v in med.items()
+            if k.startswith("fused_")
+        },
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    comm = hd.comm.world()
+    raw = MPI.COMM_WORLD.Dup()
+    result = {"benchmark": "allreduce_forms", "ranks": comm.size, "forms": forms(comm, raw)}
+    result["fusion"] = fusion(comm, raw)
+    emit(result, args.out)
+
+
+if __name__ == "__main__":
+    main()

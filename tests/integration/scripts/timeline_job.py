@@ -1,0 +1,24 @@
+"""A job recorded with HPCDIST_TIMELINE: collectives, steps, one rank late on purpose.
+
+argv: LATE_RANK SLEEP_S. Every rank runs 20 rounds of an all-reduce, a grouped all-reduce and
+a broadcast, and a ``strategy.run`` step; LATE_RANK sleeps SLEEP_S before each round.
+"""
+
+import sys
+import time
+
+import numpy as np
+
+import hpcdist as hd
+
+late_rank, sleep_s = int(sys.argv[1]), float(sys.argv[2])
+comm = hd.comm.world()
+strategy = hd.MultiWorkerMirroredStrategy()
+for _ in range(20):
+    if comm.rank == late_rank:
+        time.sleep(sleep_s)
+    comm.allreduce(np.ones(1 << 16, np.float32))
+    comm.grouped_allreduce([np.ones(100, np.float64), np.ones(7, np.float64)])
+    comm.broadcast(np.arange(10, dtype=np.int64), root=0)
+    strategy.run(lambda: None)
+print(f"rank {comm.rank} done", flush=True)
