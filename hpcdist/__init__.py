@@ -5,6 +5,10 @@
 The package is lazy (PEP 562): ``import hpcdist`` loads nothing else, and each name below loads
 its subpackage on first use, so ``import hpcdist.comm`` costs mpi4py and numpy only, never
 h5py or the models. The layers and what each may import: ``docs/architecture.md``.
+
+TensorFlow's core names live here too (``hd.function``, ``hd.Variable``, ``hd.constant``,
+``hd.cast``, ``hd.float32``, ``hd.random``, ``hd.config``, ``hd.latest_checkpoint``, ...): the
+mapping from TF's names is in ``docs/porting.md``.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ if TYPE_CHECKING:
         partitioners,
         settings,
         strategies,
+        tfcore,
         utils,
     )
     from hpcdist.checkpoint import (
@@ -33,6 +38,7 @@ if TYPE_CHECKING:
         CheckpointManager,
         CheckpointOptions,
         PreemptionCheckpointHandler,
+        latest_checkpoint,
     )
     from hpcdist.comm import (
         CommunicationImplementation,
@@ -40,6 +46,57 @@ if TYPE_CHECKING:
         Communicator,
         ReduceOp,
     )
+    from hpcdist.core import GradientTape, IndexedSlices, Tensor, dtypes, random
+    from hpcdist.core import math_ops as math
+    from hpcdist.core.dtypes import (
+        as_dtype,
+        bool,
+        complex64,
+        complex128,
+        double,
+        float16,
+        float32,
+        float64,
+        half,
+        int8,
+        int16,
+        int32,
+        int64,
+        string,
+        uint8,
+        uint16,
+        uint32,
+        uint64,
+    )
+    from hpcdist.core.math_ops import (
+        abs,
+        add,
+        add_n,
+        cast,
+        divide,
+        equal,
+        exp,
+        gather,
+        greater,
+        greater_equal,
+        less,
+        less_equal,
+        log,
+        matmul,
+        maximum,
+        multiply,
+        negative,
+        not_equal,
+        reduce_mean,
+        reduce_sum,
+        reshape,
+        sigmoid,
+        sqrt,
+        square,
+        subtract,
+        tanh,
+    )
+    from hpcdist.core.tensors import constant, convert_to_tensor
     from hpcdist.strategies import (
         CentralStorageStrategy,
         ClusterCoordinator,
@@ -68,6 +125,9 @@ if TYPE_CHECKING:
         has_strategy,
         in_cross_replica_context,
     )
+    from hpcdist.tfcore import config
+    from hpcdist.tfcore.function import Function, function
+    from hpcdist.tfcore.variable import Variable
 
 _SUBPACKAGES = frozenset(
     {
@@ -81,16 +141,86 @@ _SUBPACKAGES = frozenset(
         "partitioners",
         "settings",
         "strategies",
+        "tfcore",
         "utils",
     }
 )
 
+# TF namespaces that are modules of another name: tf.random, tf.dtypes, tf.math, tf.config
+_MODULES = {
+    "config": "hpcdist.tfcore.config",
+    "dtypes": "hpcdist.core.dtypes",
+    "math": "hpcdist.core.math_ops",
+    "random": "hpcdist.core.random",
+}
+
+_DTYPES = [
+    "as_dtype",
+    "bool",
+    "complex64",
+    "complex128",
+    "double",
+    "float16",
+    "float32",
+    "float64",
+    "half",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "string",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+]
+_MATH = [
+    "abs",
+    "add",
+    "add_n",
+    "cast",
+    "divide",
+    "equal",
+    "exp",
+    "gather",
+    "greater",
+    "greater_equal",
+    "less",
+    "less_equal",
+    "log",
+    "matmul",
+    "maximum",
+    "multiply",
+    "negative",
+    "not_equal",
+    "reduce_mean",
+    "reduce_sum",
+    "reshape",
+    "sigmoid",
+    "sqrt",
+    "square",
+    "subtract",
+    "tanh",
+]
+
 # public name -> the module that defines it
 _NAMES = {
     **dict.fromkeys(
-        ["Checkpoint", "CheckpointManager", "CheckpointOptions", "PreemptionCheckpointHandler"],
+        [
+            "Checkpoint",
+            "CheckpointManager",
+            "CheckpointOptions",
+            "PreemptionCheckpointHandler",
+            "latest_checkpoint",
+        ],
         "hpcdist.checkpoint",
     ),
+    **dict.fromkeys(["GradientTape", "IndexedSlices", "Tensor"], "hpcdist.core"),
+    **dict.fromkeys(_DTYPES, "hpcdist.core.dtypes"),
+    **dict.fromkeys(_MATH, "hpcdist.core.math_ops"),
+    **dict.fromkeys(["constant", "convert_to_tensor"], "hpcdist.core.tensors"),
+    **dict.fromkeys(["Function", "function"], "hpcdist.tfcore.function"),
+    "Variable": "hpcdist.tfcore.variable",
     **dict.fromkeys(
         ["CommunicationImplementation", "CommunicationOptions", "Communicator", "ReduceOp"],
         "hpcdist.comm",
@@ -138,7 +268,10 @@ __all__ = [
     "CommunicationOptions",
     "Communicator",
     "DefaultStrategy",
+    "Function",
+    "GradientTape",
     "HierarchicalCopyAllReduce",
+    "IndexedSlices",
     "Mirrored",
     "MirroredStrategy",
     "MirroredVariable",
@@ -156,24 +289,79 @@ __all__ = [
     "ReplicaContext",
     "ShardedVariable",
     "SyncOnReadVariable",
+    "Tensor",
+    "Variable",
     "VariableAggregation",
     "VariableSynchronization",
     "__version__",
+    "abs",
+    "add",
+    "add_n",
+    "as_dtype",
+    "bool",
+    "cast",
     "checkpoint",
     "cluster",
     "comm",
+    "complex64",
+    "complex128",
+    "config",
+    "constant",
+    "convert_to_tensor",
     "core",
     "data",
+    "divide",
+    "double",
+    "dtypes",
+    "equal",
     "errors",
+    "exp",
     "experimental_set_strategy",
+    "float16",
+    "float32",
+    "float64",
+    "function",
+    "gather",
     "get_replica_context",
     "get_strategy",
+    "greater",
+    "greater_equal",
+    "half",
     "has_strategy",
     "in_cross_replica_context",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "latest_checkpoint",
+    "less",
+    "less_equal",
+    "log",
+    "math",
+    "matmul",
+    "maximum",
+    "multiply",
+    "negative",
     "nn",
+    "not_equal",
     "partitioners",
+    "random",
+    "reduce_mean",
+    "reduce_sum",
+    "reshape",
     "settings",
+    "sigmoid",
+    "sqrt",
+    "square",
     "strategies",
+    "string",
+    "subtract",
+    "tanh",
+    "tfcore",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
     "utils",
 ]
 
@@ -181,6 +369,10 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     if name in _SUBPACKAGES:
         return importlib.import_module(f"hpcdist.{name}")
+    if name in _MODULES:
+        value = importlib.import_module(_MODULES[name])
+        globals()[name] = value
+        return value
     module = _NAMES.get(name)
     if module is None:
         raise AttributeError(f"module 'hpcdist' has no attribute {name!r}")
@@ -190,4 +382,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_NAMES, *_SUBPACKAGES})
+    return sorted({*globals(), *_NAMES, *_SUBPACKAGES, *_MODULES})

@@ -1,4 +1,4 @@
-"""Checkpoints: atomic HDF5 files, TF's manager rules, preemption handling."""
+"""Checkpoints: atomic HDF5 files, TF's manager rules, `latest_checkpoint`, preemption handling."""
 
 from hpcdist.checkpoint.checkpoint import Checkpoint, CheckpointLoadStatus, CheckpointOptions
 from hpcdist.checkpoint.collective import checkpoint_communicator, is_checkpoint_chief
@@ -10,6 +10,7 @@ from hpcdist.checkpoint.format import (
 )
 from hpcdist.checkpoint.manager import CheckpointManager
 from hpcdist.checkpoint.preemption import PREEMPTION_EXIT_CODE, PreemptionCheckpointHandler
+from hpcdist.checkpoint.state import latest_checkpoint
 
 __all__ = [
     "PREEMPTION_EXIT_CODE",
@@ -24,4 +25,5 @@ __all__ = [
     "PreemptionCheckpointHandler",
     "checkpoint_communicator",
     "is_checkpoint_chief",
+    "latest_checkpoint",
 ]

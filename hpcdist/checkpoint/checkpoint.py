@@ -13,13 +13,17 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import os
+import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from hpcdist import timeline
 from hpcdist.checkpoint.collective import agree, checkpoint_communicator, is_checkpoint_chief
-from hpcdist.checkpoint.format import read_arrays, write_arrays
+from hpcdist.checkpoint.format import CheckpointMismatchError, read_arrays, write_arrays
 from hpcdist.checkpoint.graph import collect, describe_unsupported, match_values
+from hpcdist.checkpoint.state import read_state, write_state
 from hpcdist.core import context
 from hpcdist.core.trackable import SlicedValue, is_checkpointable
 from hpcdist.log import get_logger
@@ -39,17 +43,30 @@ class CheckpointOptions:
     experimental_enable_async_checkpoint: bool = False
 
 
+@dataclasses.dataclass
+class _Deferred:
+    """Values of a restore that wait for their variables (``path`` is the file they are from)."""
+
+    path: str
+    values: dict[str, np.ndarray]
+
+
 class CheckpointLoadStatus:
     """What a restore matched (TF's load status).
 
     Attributes:
         path: The file read.
         missing: Object paths that had no value in the file.
-        unused: Values in the file that no object took.
     """
 
-    def __init__(self, path: str, missing: list[str], unused: list[str]) -> None:
-        self.path, self.missing, self.unused = path, missing, unused
+    def __init__(self, path: str, missing: list[str], deferred: _Deferred) -> None:
+        self.path, self.missing = path, missing
+        self._deferred = deferred
+
+    @property
+    def unused(self) -> list[str]:
+        """Values in the file that no object took yet (deferred values leave once restored)."""
+        return sorted(self._deferred.values)
 
     def assert_consumed(self) -> CheckpointLoadStatus:
         """Every value was used and every object restored.
@@ -57,10 +74,11 @@ class CheckpointLoadStatus:
         Raises:
             AssertionError: Names what was left over on either side.
         """
-        if self.missing or self.unused:
+        unused = self.unused
+        if self.missing or unused:
             raise AssertionError(
                 f"checkpoint {self.path!r} did not match: objects without a value {self.missing}; "
-                f"values without an object {self.unused}"
+                f"values without an object {unused}"
             )
         return self
 
@@ -104,6 +122,7 @@ class Checkpoint:
         )
         self._pending: concurrent.futures.Future | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._deferred: _Deferred | None = None
 
     # -- object graph -------------------------------------------------------------------------
 
@@ -128,7 +147,10 @@ class Checkpoint:
         """Write a checkpoint to ``file_prefix + ".h5"`` without touching `save_counter`.
 
         Collective: every rank calls it; the chief writes, then the ranks agree on the outcome,
-        so a write that failed on the chief raises on every rank (none waits for it).
+        so a write that failed on the chief raises on every rank (none waits for it). A rank
+        whose ``file_prefix`` differs from the chief's writes its own copy there too (TF's
+        multi-worker pattern: non-chief workers save to a temporary directory, then delete it).
+        Missing directories are created.
 
         Returns:
             The file path.
@@ -137,28 +159,59 @@ class Checkpoint:
             CheckpointWriteError: The file (or, asynchronously, the previous one) could not be
                 written; raised on every rank, with the errno.
         """
+        return self._write(file_prefix, options)[0]
+
+    def _write(
+        self,
+        file_prefix: str,
+        options: CheckpointOptions | None,
+        then: Callable[[str], None] | None = None,
+    ) -> tuple[str, bool]:
+        """`write`, also returning whether this rank wrote a file.
+
+        A writing rank calls ``then(path)`` once the file is complete (on the writer thread
+        when asynchronous); its failure is the write's.
+        """
         path = file_prefix if file_prefix.endswith(".h5") else f"{file_prefix}.h5"
         is_async = options is not None and options.experimental_enable_async_checkpoint
         comm = checkpoint_communicator()
         error = self._async_error()  # a failed background write is raised on every rank now
-        arrays = self._snapshot(copy=is_async)  # async: a host copy, training may go on
-        if is_checkpoint_chief(comm) and error is None:
+        with timeline.span("checkpoint", "snapshot"):
+            arrays = self._snapshot(copy=is_async)  # async: a host copy, training may go on
+        writer = _writes_here(comm, path)
+        if writer and error is None:
             try:
+                os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
                 if is_async:
                     if self._executor is None:
                         self._executor = concurrent.futures.ThreadPoolExecutor(1, "hpcdist-ckpt")
-                    self._pending = self._executor.submit(write_arrays, path, arrays)
+                    self._pending = self._executor.submit(_write_file, path, arrays, then)
                 else:
-                    write_arrays(path, arrays)
+                    with timeline.span("checkpoint", "write", path=path):
+                        _write_file(path, arrays, then)
             except Exception as exc:  # every rank must learn of it: agreed below
                 error = exc
-        agree(comm, error, f"write checkpoint {path!r}")  # the file exists when save returns
-        return path
+        with timeline.span("checkpoint", "agree"):
+            agree(comm, error, f"write checkpoint {path!r}")  # the file exists when save returns
+        return path, writer
 
     def save(self, file_prefix: str, options: CheckpointOptions | None = None) -> str:
-        """Increment `save_counter` and write ``file_prefix-N.h5``; returns the path."""
+        """Increment `save_counter`, write ``file_prefix-N.h5`` and record it as the latest.
+
+        The directory's state file (``checkpoint``, see `hpcdist.checkpoint.state`) then names
+        this file, so `latest_checkpoint` finds it, as TF's ``Checkpoint.save`` does; `write`
+        leaves the state file alone.
+
+        Returns:
+            The path.
+
+        Raises:
+            CheckpointWriteError: The checkpoint or the state file could not be written (on
+                every rank).
+        """
         self.save_counter.assign_add(1, read_value=False)
-        return self.write(f"{file_prefix}-{int(self.save_counter.numpy())}", options)
+        prefix = f"{file_prefix}-{int(self.save_counter.numpy())}"
+        return self._write(prefix, options, then=_record_latest)[0]
 
     def sync(self) -> None:
         """Wait for an asynchronous write to finish (re-raising its error).
@@ -190,7 +243,10 @@ class Checkpoint:
         """Restore every object (and `save_counter`) from ``save_path``.
 
         Collective: every rank calls it. Every value is checked before any is assigned, so a
-        failed restore changes no object.
+        failed restore changes no object. Values of a model or layer that is not built yet
+        wait, as in TF: they are assigned when it builds (its first call), together with the
+        optimizer slots of its variables; until then they are listed in the status's
+        ``unused``. ``save_path`` is what `latest_checkpoint` returns, a path, or a prefix.
 
         Raises:
             CheckpointCorruptError: The file is missing, truncated or corrupt (names the file).
@@ -216,8 +272,9 @@ class Checkpoint:
         arrays: dict[str, np.ndarray] = {}
         if error is None:
             try:
-                arrays, _ = read_arrays(path)
-                match_values(path, arrays, collect(self._roots()), with_counter)
+                with timeline.span("checkpoint", "read and verify", path=path):
+                    arrays, _ = read_arrays(path)
+                    match_values(path, arrays, collect(self._roots()), with_counter)
             except Exception as exc:
                 error = exc
         agree(comm, error, f"restore checkpoint {path!r}")
@@ -236,14 +293,79 @@ class Checkpoint:
         except BaseException:
             _roll_back(restored)
             raise
-        for var, value in match.assignments:
-            var.assign(value, read_value=False)
-        status = CheckpointLoadStatus(path, match.missing, match.unused)
+        with timeline.span("checkpoint", "assign"):
+            for var, value in match.assignments:
+                var.assign(value, read_value=False)
+        deferred = _Deferred(
+            path, {p: arrays[p] for p in match.unused if p != "save_counter" and "/state/" not in p}
+        )
+        self._deferred = deferred
+        if deferred.values:
+            self._defer_until_built(deferred)
+        status = CheckpointLoadStatus(path, match.missing, deferred)
         if match.missing or match.unused:
             get_logger().debug(
                 "partial restore from %s: missing %s, unused %s", path, match.missing, match.unused
             )
         return status
+
+    # -- deferred restore ---------------------------------------------------------------------
+
+    def _defer_until_built(self, deferred: _Deferred) -> None:
+        """Restore values of objects not built yet when they build (TF's deferred restore).
+
+        A root object that has values waiting, ``built`` False and a ``build`` method (a model
+        or layer before its first call) gets its ``build`` wrapped, on the instance only: once
+        the original returns, every waiting value whose variable now exists is assigned (the
+        optimizer's slots of the new variables included), and the wrapper removes itself.
+        """
+        for name, obj in self._trackables.items():
+            if not any(p.startswith(f"{name}/") for p in deferred.values):
+                continue
+            if getattr(obj, "built", True) or not callable(getattr(obj, "build", None)):
+                continue
+            if getattr(obj.build, "_hpcdist_deferred", False):
+                continue  # wrapped by an earlier restore: it restores the newest values
+            original = obj.build
+
+            def build(*args: Any, _obj: Any = obj, _original: Any = original, **kwargs: Any):
+                try:
+                    return _original(*args, **kwargs)
+                finally:
+                    _obj.__dict__.pop("build", None)
+                    self._apply_deferred()
+
+            build._hpcdist_deferred = True  # type: ignore[attr-defined]
+            try:
+                obj.build = build
+            except (AttributeError, TypeError):  # __slots__ or a read-only attribute
+                continue
+
+    def _apply_deferred(self) -> None:
+        """Assign the waiting values whose variables exist now (built objects, new slots).
+
+        Raises:
+            CheckpointMismatchError: A waiting value does not fit the variable built for it.
+        """
+        deferred = self._deferred
+        if deferred is None or not deferred.values:
+            return
+        self._build_slots(deferred.values)
+        graph = collect(self._roots())
+        wrong = [
+            f"{p} has shape {tuple(deferred.values[p].shape)} in the file, the object built "
+            f"{tuple(var.shape)}"
+            for p, var in graph.variables.items()
+            if p in deferred.values and tuple(deferred.values[p].shape) != tuple(var.shape)
+        ]
+        if wrong:
+            raise CheckpointMismatchError(
+                f"checkpoint {deferred.path!r} does not fit the objects built after the restore: "
+                + "; ".join(wrong)
+            )
+        for p, var in graph.variables.items():
+            if p in deferred.values:
+                var.assign(deferred.values.pop(p), read_value=False)
 
     def _build_slots(self, arrays: dict[str, np.ndarray]) -> None:
         """Let slot holders create the state that the file has and they have not built yet."""
@@ -260,6 +382,34 @@ class Checkpoint:
             primaries = [graph.variables[t] for t in targets if t in graph.variables]
             if primaries or any(k.startswith(f"{name}/") for k in arrays):
                 holder.build_checkpoint_slots(primaries)
+
+
+def _writes_here(comm: Any, path: str) -> bool:
+    """Whether this rank writes ``path``: the chief, and a rank whose path is not the chief's.
+
+    Collective when ``comm`` is set (one broadcast of the chief's path).
+    """
+    if comm is None:
+        return True
+    chief_path = comm.broadcast_object(os.path.abspath(path), root=0)
+    return is_checkpoint_chief(comm) or os.path.abspath(path) != chief_path
+
+
+def _record_latest(path: str) -> None:
+    """Name ``path`` as the latest checkpoint of its directory; it joins no manager's list."""
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        previous = read_state(directory)
+    except ValueError:
+        previous = None  # a damaged state file is replaced, as TF overwrites it
+    last_preserved = time.time() if previous is None else previous["last_preserved"]
+    write_state(directory, path, [], last_preserved)
+
+
+def _write_file(path: str, arrays: dict[str, Any], then: Callable[[str], None] | None) -> None:
+    write_arrays(path, arrays)
+    if then is not None:
+        then(path)
 
 
 def _roll_back(restored: list[tuple[Any, dict[str, Any]]]) -> None:

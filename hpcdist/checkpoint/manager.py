@@ -1,13 +1,13 @@
 """`CheckpointManager`: numbered checkpoints in a directory, with TF's retention rules.
 
 The state file ``<directory>/checkpoint`` (JSON, replaced atomically after each checkpoint is
-complete) lists the kept checkpoints with their timestamps, so a new manager on the same
-directory continues where the last one stopped.
+complete; `hpcdist.checkpoint.state`) lists the kept checkpoints with their timestamps, so a new
+manager on the same directory continues where the last one stopped, and `latest_checkpoint`
+finds the newest.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import warnings
@@ -15,13 +15,12 @@ from collections.abc import Callable
 from typing import Any
 
 from hpcdist.checkpoint.checkpoint import Checkpoint, CheckpointOptions
-from hpcdist.checkpoint.collective import agree, checkpoint_communicator, is_checkpoint_chief
-from hpcdist.checkpoint.format import CheckpointCorruptError, atomic_write_text
+from hpcdist.checkpoint.collective import agree, checkpoint_communicator
+from hpcdist.checkpoint.format import CheckpointCorruptError
+from hpcdist.checkpoint.state import STATE_FILE, read_state, write_state
 from hpcdist.log import get_logger
 
-__all__ = ["CheckpointManager"]
-
-STATE_FILE = "checkpoint"
+__all__ = ["STATE_FILE", "CheckpointManager"]
 
 
 class CheckpointManager:
@@ -69,6 +68,7 @@ class CheckpointManager:
         os.makedirs(directory, exist_ok=True)
         self._entries: list[tuple[str, float]] = []
         self._last_preserved = time.time()
+        self._recovered_latest: str | None = None
         self._load_state()
 
     # -- state file ---------------------------------------------------------------------------
@@ -80,36 +80,27 @@ class CheckpointManager:
     def _load_state(self) -> None:
         """Read the state file; a missing one means a new directory, a damaged one warns."""
         try:
-            with open(self._state_path) as f:
-                state = json.load(f)
-            entries = [
-                (os.path.join(self.directory, e["file"]), float(e["time"]))
-                for e in state.get("checkpoints", [])
-            ]
-            last_preserved = float(state.get("last_preserved", time.time()))
-        except FileNotFoundError:
-            return
-        except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            state = read_state(self.directory)
+        except ValueError as exc:
             warnings.warn(
-                f"checkpoint state file {self._state_path!r} is unreadable "
-                f"({type(exc).__name__}: {exc}); starting without its checkpoints (the files "
-                "in the directory are left alone)",
+                f"{exc}; starting without its checkpoints (the files in the directory are left "
+                "alone)",
                 RuntimeWarning,
                 stacklevel=3,
             )
             return
-        self._entries = [(p, t) for p, t in entries if os.path.exists(p)]
-        self._last_preserved = last_preserved
+        if state is None:
+            return
+        self._entries = [(p, t) for p, t in state["checkpoints"] if os.path.exists(p)]
+        self._last_preserved = state["last_preserved"]
+        latest = state["latest"]
+        if latest is not None and os.path.exists(latest):
+            self._recovered_latest = latest  # a `Checkpoint.save` file: latest, not managed
 
     def _write_state(self, swept: tuple[list[tuple[str, float]], float, list[str]]) -> None:
         """Replace the state file with the entries of `_swept` (atomic)."""
         entries, last_preserved, _ = swept
-        state = {
-            "latest": os.path.basename(entries[-1][0]) if entries else None,
-            "checkpoints": [{"file": os.path.basename(p), "time": t} for p, t in entries],
-            "last_preserved": last_preserved,
-        }
-        atomic_write_text(self._state_path, json.dumps(state, indent=1) + "\n")
+        write_state(self.directory, entries[-1][0] if entries else None, entries, last_preserved)
 
     # -- queries ------------------------------------------------------------------------------
 
@@ -120,8 +111,12 @@ class CheckpointManager:
 
     @property
     def latest_checkpoint(self) -> str | None:
-        """Path of the newest checkpoint, or None."""
-        return self._entries[-1][0] if self._entries else None
+        """Path of the newest checkpoint, or None.
+
+        Before this manager saved, the newest checkpoint the state file names, managed or not
+        (one written by `Checkpoint.save`), as TF's.
+        """
+        return self._entries[-1][0] if self._entries else self._recovered_latest
 
     @property
     def checkpoint(self) -> Checkpoint:
@@ -137,6 +132,10 @@ class CheckpointManager:
         options: CheckpointOptions | None = None,
     ) -> str | None:
         """Save a checkpoint and apply the retention rules (collective).
+
+        The chief writes the file and the state file. A rank whose ``directory`` differs from
+        the chief's writes its own copy and state file there (TF's multi-worker tutorial gives
+        each non-chief worker a temporary directory, which it deletes after the save).
 
         The number defaults to the checkpoint's ``save_counter`` after it is incremented
         (``ckpt-1``, ``ckpt-2``, ... as in TF, with or without a step counter);
@@ -164,14 +163,15 @@ class CheckpointManager:
         if checkpoint_number is None:
             checkpoint_number = int(ckpt.save_counter.numpy())
         prefix = os.path.join(self.directory, f"{self.checkpoint_name}-{checkpoint_number}")
-        path = ckpt.write(prefix, options)  # raises on every rank if the chief could not write
+        # raises on every rank if the chief could not write; `writer`: this rank wrote a file
+        path, writer = ckpt._write(prefix, options)
         if self.checkpoint_interval is not None:
             self._last_saved_step = step
         kept = (list(self._entries), self._last_preserved)
         self._entries = [(p, t) for p, t in self._entries if p != path] + [(path, time.time())]
         comm = checkpoint_communicator()
         error = None
-        if is_checkpoint_chief(comm):
+        if writer:
             if options is not None and options.experimental_enable_async_checkpoint:
                 # After the file on the same writer thread: the state names complete files only.
                 ckpt._pending = ckpt._executor.submit(self._finish_after, ckpt._pending)

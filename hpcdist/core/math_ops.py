@@ -11,22 +11,31 @@ from typing import Any
 import numpy as np
 
 from hpcdist.core.autodiff import Tensor, as_tensor, record, register_operator, unbroadcast
+from hpcdist.core.dtypes import as_dtype
+from hpcdist.core.tensors import is_python_data, python_array
 from hpcdist.utils.xp import array_module, as_array_like, is_device_array, scatter_add
 
 __all__ = [
     "abs",
     "add",
+    "add_n",
     "cast",
     "divide",
+    "equal",
     "exp",
     "gather",
     "getitem",
+    "greater",
+    "greater_equal",
+    "less",
+    "less_equal",
     "log",
     "log_softmax",
     "matmul",
     "maximum",
     "multiply",
     "negative",
+    "not_equal",
     "power",
     "reduce_mean",
     "reduce_sum",
@@ -42,8 +51,32 @@ __all__ = [
 ]
 
 
+def _tensor(x: Any) -> Tensor:
+    """``x`` as a tensor; Python data by TF's rule (float32, int32), as `hd.constant` does."""
+    return as_tensor(python_array(x) if is_python_data(x) else x)
+
+
+def _python_scalar(x: Any) -> bool:
+    return type(x) in (int, float, bool)
+
+
+def _weak(x: Any, other: Any) -> Any:
+    """A Python number meeting a tensor takes the tensor's dtype, as in TF (``x * 0.5``).
+
+    Only where no precision is lost: a float or an int meeting a floating tensor, an int
+    meeting an integer tensor; any other mix is left to numpy's promotion.
+    """
+    if not _python_scalar(x) or _python_scalar(other):
+        return x
+    dtype = _tensor(other).dtype
+    if (dtype.kind in "fc" and type(x) is not bool) or (dtype.kind in "iu" and type(x) is int):
+        return np.asarray(x, dtype=dtype)
+    return x
+
+
 def _binary(a: Any, b: Any) -> tuple[Tensor, Tensor]:
-    a, b = as_tensor(a), as_tensor(b)
+    a, b = _weak(a, b), _weak(b, a)
+    a, b = _tensor(a), _tensor(b)
     if type(a.value) is not type(b.value):  # numpy meets CuPy: compute on the device
         if is_device_array(a.value) and not is_device_array(b.value):
             b = Tensor(as_array_like(b.value, a.value), b.parents, b.backward, b.source)
@@ -64,11 +97,38 @@ def _index_like(index: Any, like: Any) -> Any:
 
 
 def cast(a: Any, dtype: Any) -> Tensor:
-    """Convert to ``dtype`` (the gradient is converted back)."""
-    a = as_tensor(a)
-    if a.dtype == np.dtype(dtype):
+    """Convert to ``dtype`` (the gradient is converted back), as ``tf.cast``.
+
+    ``dtype`` is a dtype name (``"float32"``), a numpy dtype or ``hd.float32``-style name
+    (`hpcdist.core.dtypes.as_dtype`). Floats become integers by truncation toward zero.
+    """
+    a = _tensor(a)
+    dtype = as_dtype(dtype)
+    if a.dtype == dtype:
         return a
     return record(a.value.astype(dtype), (a,), lambda g: (g.astype(a.dtype),))
+
+
+def add_n(inputs: Any) -> Tensor:
+    """The element-wise sum of tensors of one shape and dtype (``tf.add_n``; no broadcasting).
+
+    Raises:
+        ValueError: No input, or inputs whose shapes or dtypes differ (names them).
+    """
+    tensors = [_tensor(x) for x in inputs]
+    if not tensors:
+        raise ValueError("add_n needs at least one tensor, got an empty list")
+    shapes = {t.shape for t in tensors}
+    dtypes = {t.dtype for t in tensors}
+    if len(shapes) != 1 or len(dtypes) != 1:
+        raise ValueError(
+            "add_n needs tensors of one shape and dtype, got "
+            f"{[(t.shape, str(t.dtype)) for t in tensors]}"
+        )
+    out = tensors[0].value.copy()
+    for t in tensors[1:]:
+        out = out + t.value
+    return record(out, tuple(tensors), lambda g: tuple(g for _ in tensors))
 
 
 def add(a: Any, b: Any) -> Tensor:
@@ -114,59 +174,59 @@ def divide(a: Any, b: Any) -> Tensor:
 
 def negative(a: Any) -> Tensor:
     """``-a``."""
-    a = as_tensor(a)
+    a = _tensor(a)
     return record(-a.value, (a,), lambda g: (-g,))
 
 
 def abs(a: Any) -> Tensor:
     """``|a|``; the gradient is ``sign(a)``, so 0 at 0 (as TF's)."""
-    a = as_tensor(a)
+    a = _tensor(a)
     xp = array_module(a.value)
     return record(xp.abs(a.value), (a,), lambda g: (g * xp.sign(a.value),))
 
 
 def power(a: Any, exponent: float) -> Tensor:
     """``a ** exponent`` for a constant exponent."""
-    a = as_tensor(a)
+    a = _tensor(a)
     return record(a.value**exponent, (a,), lambda g: (g * exponent * a.value ** (exponent - 1),))
 
 
 def square(a: Any) -> Tensor:
     """``a ** 2``."""
-    a = as_tensor(a)
+    a = _tensor(a)
     return record(a.value * a.value, (a,), lambda g: (2 * g * a.value,))
 
 
 def sqrt(a: Any) -> Tensor:
     """Square root."""
-    a = as_tensor(a)
+    a = _tensor(a)
     out = array_module(a.value).sqrt(a.value)
     return record(out, (a,), lambda g: (g / (2 * out),))
 
 
 def exp(a: Any) -> Tensor:
     """Exponential."""
-    a = as_tensor(a)
+    a = _tensor(a)
     out = array_module(a.value).exp(a.value)
     return record(out, (a,), lambda g: (g * out,))
 
 
 def log(a: Any) -> Tensor:
     """Natural logarithm."""
-    a = as_tensor(a)
+    a = _tensor(a)
     return record(array_module(a.value).log(a.value), (a,), lambda g: (g / a.value,))
 
 
 def tanh(a: Any) -> Tensor:
     """Hyperbolic tangent."""
-    a = as_tensor(a)
+    a = _tensor(a)
     out = array_module(a.value).tanh(a.value)
     return record(out, (a,), lambda g: (g * (1 - out * out),))
 
 
 def sigmoid(a: Any) -> Tensor:
     """Logistic sigmoid (numerically stable)."""
-    a = as_tensor(a)
+    a = _tensor(a)
     xp = array_module(a.value)
     out = xp.exp(-xp.logaddexp(0, -a.value)).astype(a.dtype, copy=False)
     return record(out, (a,), lambda g: (g * out * (1 - out),))
@@ -174,7 +234,7 @@ def sigmoid(a: Any) -> Tensor:
 
 def softplus(a: Any) -> Tensor:
     """``log(1 + exp(a))`` (numerically stable)."""
-    a = as_tensor(a)
+    a = _tensor(a)
     xp = array_module(a.value)
     out = xp.logaddexp(0, a.value).astype(a.dtype, copy=False)
     sig = xp.exp(-xp.logaddexp(0, -a.value))
@@ -183,7 +243,7 @@ def softplus(a: Any) -> Tensor:
 
 def relu(a: Any) -> Tensor:
     """``max(a, 0)``."""
-    a = as_tensor(a)
+    a = _tensor(a)
     mask = a.value > 0
     return record(a.value * mask, (a,), lambda g: (g * mask,))
 
@@ -224,7 +284,7 @@ def _expand(g: np.ndarray, shape: tuple[int, ...], axis: Any, keepdims: bool) ->
 
 def reduce_sum(a: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
     """Sum over ``axis`` (all axes by default)."""
-    a = as_tensor(a)
+    a = _tensor(a)
     return record(
         a.value.sum(axis=axis, keepdims=keepdims),
         (a,),
@@ -233,22 +293,66 @@ def reduce_sum(a: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
 
 
 def reduce_mean(a: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
-    """Mean over ``axis`` (all axes by default)."""
-    a = as_tensor(a)
-    out = array_module(a.value).mean(a.value, axis=axis, keepdims=keepdims)
+    """Mean over ``axis`` (all axes by default).
+
+    The mean of integers is an integer, truncated toward zero, as in TF (``[1, 2]`` -> 1).
+    """
+    a = _tensor(a)
+    xp = array_module(a.value)
+    if a.dtype.kind in "iu":
+        total = a.value.sum(axis=axis, keepdims=keepdims)
+        count = a.value.size // max(np.size(total), 1) if a.value.size else 1
+        out = (xp.sign(total) * (xp.abs(total) // count)).astype(a.dtype)
+        return Tensor(out)
+    out = xp.mean(a.value, axis=axis, keepdims=keepdims)
     count = a.value.size // max(out.size, 1) if a.value.size else 1
     return record(out, (a,), lambda g: (_expand(g, a.shape, axis, keepdims) / count,))
 
 
+def _compare(a: Any, b: Any, op: Any) -> Tensor:
+    a, b = _binary(a, b)
+    return Tensor(op(a.value, b.value))
+
+
+def greater(a: Any, b: Any) -> Tensor:
+    """``a > b`` element-wise with broadcasting: a boolean tensor (not differentiable)."""
+    return _compare(a, b, lambda x, y: x > y)
+
+
+def greater_equal(a: Any, b: Any) -> Tensor:
+    """``a >= b`` element-wise: a boolean tensor."""
+    return _compare(a, b, lambda x, y: x >= y)
+
+
+def less(a: Any, b: Any) -> Tensor:
+    """``a < b`` element-wise: a boolean tensor."""
+    return _compare(a, b, lambda x, y: x < y)
+
+
+def less_equal(a: Any, b: Any) -> Tensor:
+    """``a <= b`` element-wise: a boolean tensor."""
+    return _compare(a, b, lambda x, y: x <= y)
+
+
+def equal(a: Any, b: Any) -> Tensor:
+    """``a == b`` element-wise: a boolean tensor."""
+    return _compare(a, b, lambda x, y: x == y)
+
+
+def not_equal(a: Any, b: Any) -> Tensor:
+    """``a != b`` element-wise: a boolean tensor."""
+    return _compare(a, b, lambda x, y: x != y)
+
+
 def reshape(a: Any, shape: Any) -> Tensor:
     """Reshape."""
-    a = as_tensor(a)
+    a = _tensor(a)
     return record(a.value.reshape(shape), (a,), lambda g: (g.reshape(a.shape),))
 
 
 def getitem(a: Any, index: Any) -> Tensor:
     """``a[index]`` (basic and integer-array indexing)."""
-    a = as_tensor(a)
+    a = _tensor(a)
     index = _index_like(index, a.value)
 
     def backward(g: np.ndarray) -> tuple[np.ndarray]:
@@ -261,7 +365,7 @@ def getitem(a: Any, index: Any) -> Tensor:
 
 def gather(params: Any, ids: Any) -> Tensor:
     """Rows of ``params`` at integer ``ids`` (any shape); the gradient is scattered back."""
-    params = as_tensor(params)
+    params = _tensor(params)
     ids = as_array_like(ids.value if isinstance(ids, Tensor) else ids, params.value)
     if ids.dtype.kind not in "iu":
         raise TypeError(f"gather needs integer ids, got dtype {ids.dtype}")
@@ -276,7 +380,7 @@ def gather(params: Any, ids: Any) -> Tensor:
 
 def log_softmax(a: Any, axis: int = -1) -> Tensor:
     """``log(softmax(a))`` computed stably."""
-    a = as_tensor(a)
+    a = _tensor(a)
     xp = array_module(a.value)
     shifted = a.value - a.value.max(axis=axis, keepdims=True)
     out = shifted - xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True))
@@ -286,7 +390,7 @@ def log_softmax(a: Any, axis: int = -1) -> Tensor:
 
 def softmax(a: Any, axis: int = -1) -> Tensor:
     """Softmax along ``axis``."""
-    a = as_tensor(a)
+    a = _tensor(a)
     shifted = array_module(a.value).exp(a.value - a.value.max(axis=axis, keepdims=True))
     out = shifted / shifted.sum(axis=axis, keepdims=True)
     return record(out, (a,), lambda g: (out * (g - (g * out).sum(axis=axis, keepdims=True)),))

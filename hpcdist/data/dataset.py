@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from hpcdist.data.dataset_options import Options
 from hpcdist.data.nest import flatten, map_structure
 
 __all__ = ["INFINITE", "UNKNOWN", "Dataset"]
@@ -30,11 +31,22 @@ class Dataset:
     Args:
         make_iterator: Returns a fresh iterator over the elements.
         cardinality: Number of elements, `INFINITE` or `UNKNOWN`.
+        options: The `hpcdist.data.Options` it carries (transformations keep them).
     """
 
-    def __init__(self, make_iterator: Callable[[], Iterator[Any]], cardinality: int) -> None:
+    def __init__(
+        self,
+        make_iterator: Callable[[], Iterator[Any]],
+        cardinality: int,
+        options: Options | None = None,
+    ) -> None:
         self._make_iterator = make_iterator
         self._cardinality = cardinality
+        self._options = options
+
+    def _derive(self, make_iterator: Callable[[], Iterator[Any]], cardinality: int) -> Dataset:
+        """A dataset made from this one: it carries this one's options, as in TF."""
+        return Dataset(make_iterator, cardinality, self._options)
 
     # -- sources ------------------------------------------------------------------------------
 
@@ -98,7 +110,7 @@ class Dataset:
         card = self._cardinality
         if card >= 0:
             card = card // batch_size if drop_remainder else -(-card // batch_size)
-        return Dataset(make, card)
+        return self._derive(make, card)
 
     def repeat(self, count: int | None = None) -> Dataset:
         """Repeat the dataset ``count`` times (forever when None or negative, as TF's -1)."""
@@ -121,7 +133,7 @@ class Dataset:
             card = 0 if card == 0 else (INFINITE if card != UNKNOWN else UNKNOWN)
         elif card >= 0:
             card *= count
-        return Dataset(make, card)
+        return self._derive(make, card)
 
     def shuffle(
         self, buffer_size: int, seed: int | None = None, reshuffle_each_iteration: bool = True
@@ -153,7 +165,7 @@ class Dataset:
             while buffer:
                 yield buffer.pop(int(rng.integers(len(buffer))))
 
-        return Dataset(make, self._cardinality)
+        return self._derive(make, self._cardinality)
 
     def shard(self, num_shards: int, index: int) -> Dataset:
         """Keep every ``num_shards``-th element, starting at ``index``."""
@@ -172,7 +184,7 @@ class Dataset:
         card = self._cardinality
         if card >= 0:
             card = card // num_shards + (1 if index < card % num_shards else 0)
-        return Dataset(make, card)
+        return self._derive(make, card)
 
     def map(self, map_func: Callable[..., Any]) -> Dataset:
         """Apply ``map_func`` to each element (a tuple element is passed as arguments)."""
@@ -183,7 +195,7 @@ class Dataset:
                 out = map_func(*element) if type(element) is tuple else map_func(element)
                 yield map_structure(np.asarray, out)
 
-        return Dataset(make, self._cardinality)
+        return self._derive(make, self._cardinality)
 
     def filter(self, predicate: Callable[..., Any]) -> Dataset:
         """Keep the elements for which ``predicate`` is true (cardinality becomes unknown)."""
@@ -195,7 +207,7 @@ class Dataset:
                 if bool(keep):
                     yield element
 
-        return Dataset(make, UNKNOWN if self._cardinality != 0 else 0)
+        return self._derive(make, UNKNOWN if self._cardinality != 0 else 0)
 
     def take(self, count: int) -> Dataset:
         """The first ``count`` elements (all when -1 or any negative count, as TF)."""
@@ -205,10 +217,12 @@ class Dataset:
             if count < 0:
                 yield from source
                 return
-            for i, element in enumerate(source):
-                if i >= count:
-                    return
+            if count == 0:
+                return
+            for i, element in enumerate(source, 1):
                 yield element
+                if i >= count:  # stop without reading one element more (as TF)
+                    return
 
         card = self._cardinality
         if count >= 0:
@@ -216,7 +230,7 @@ class Dataset:
                 card = count
             elif card >= 0:
                 card = min(card, count)
-        return Dataset(make, card)
+        return self._derive(make, card)
 
     def skip(self, count: int) -> Dataset:
         """Everything after the first ``count`` elements (nothing when -1 or negative, as TF).
@@ -233,15 +247,56 @@ class Dataset:
         card = self._cardinality
         if card >= 0:
             card = 0 if count < 0 else max(0, card - count)
-        return Dataset(make, card)
+        return self._derive(make, card)
 
     def prefetch(self, buffer_size: int = 1) -> Dataset:
         """Produce up to ``buffer_size`` elements ahead on a background thread."""
         source = self
         size = max(1, buffer_size if buffer_size != -1 else 2)
-        return Dataset(lambda: _Prefetcher(iter(source), size), self._cardinality)
+        return self._derive(lambda: _Prefetcher(iter(source), size), self._cardinality)
+
+    def cache(self, filename: str = "") -> Dataset:
+        """Keep the elements of the first complete iteration in memory and replay them after.
+
+        As TF's in-memory cache: an iteration stopped early caches nothing, and the next one
+        reads the source again. A ``filename`` (TF's file cache) is accepted and the cache is
+        kept in memory all the same (hpcdist writes no pickled data to disk).
+        """
+        del filename
+        source = self
+        cached: list[list[Any]] = []
+
+        def make() -> Iterator[Any]:
+            if cached:
+                yield from cached[0]
+                return
+            elements = []
+            for element in source:
+                elements.append(element)
+                yield element
+            if not cached:
+                cached.append(elements)
+
+        return self._derive(make, self._cardinality)
+
+    def with_options(self, options: Options) -> Dataset:
+        """This dataset carrying ``options`` merged over its own (``tf.data``'s rule).
+
+        ``options.experimental_distribute.auto_shard_policy`` decides how a distribution
+        strategy splits it across workers.
+
+        Raises:
+            TypeError: ``options`` is not an `hpcdist.data.Options`.
+        """
+        if not isinstance(options, Options):
+            raise TypeError(f"with_options needs hd.data.Options, got {type(options).__name__}")
+        return Dataset(self._make_iterator, self._cardinality, self.options().merge(options))
 
     # -- inspection ----------------------------------------------------------------------------
+
+    def options(self) -> Options:
+        """The options this dataset carries (default `Options` when none were set)."""
+        return self._options if self._options is not None else Options()
 
     def cardinality(self) -> int:
         """Number of elements, or `INFINITE` (-1) / `UNKNOWN` (-2)."""

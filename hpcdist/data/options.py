@@ -13,12 +13,13 @@ class AutoShardPolicy(enum.Enum):
 
     OFF: every worker sees the whole dataset. DATA: worker ``i`` keeps every ``n``-th element
     from ``i``. FILE: shard by input file (hpcdist datasets have no files, so it acts as DATA).
-    AUTO: FILE where possible, else DATA.
+    AUTO: FILE where possible, else DATA. HINT: TF's shard hints (hpcdist has none: as AUTO).
     """
 
     AUTO = 0
     FILE = 1
     DATA = 2
+    HINT = 3
     OFF = -1
 
 

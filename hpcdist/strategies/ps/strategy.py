@@ -112,9 +112,10 @@ class ParameterServerStrategy(Strategy):
         comm = MPI.COMM_WORLD.Dup()
         if cluster_resolver is None:
             cluster_resolver = _default_resolver(comm.Get_size(), settings.num_ps)
-        tasks = comm.allgather((cluster_resolver.task_type, int(cluster_resolver.task_id)))
+        tasks = comm.allgather((cluster_resolver.task_type, cluster_resolver.task_id))
         try:
-            roles = _Roles.from_tasks([(str(t), i) for t, i in tasks])
+            _check_tasks(tasks, cluster_resolver)
+            roles = _Roles.from_tasks([(str(t), int(i)) for t, i in tasks])
         except ClusterConfigError:
             comm.Free()
             raise
@@ -215,6 +216,36 @@ def _new_ps_variable(
     storage.write(value)
     rt.variables[uid] = var
     return var
+
+
+def _check_tasks(tasks: list[tuple[Any, Any]], resolver: ClusterResolver) -> None:
+    """Every rank's resolver must name its task (the same check, so the same error, everywhere).
+
+    TF's tutorial builds ``SimpleClusterResolver(cluster_spec, rpc_layer="grpc")`` without a
+    task: its coordinator is the only TF process running the program, the servers run in other
+    processes. Under MPI every rank runs the script and needs its own task.
+
+    Raises:
+        ClusterConfigError: Some rank's resolver names no task type or no integer task id.
+    """
+    bad = []
+    for rank, (task_type, task_id) in enumerate(tasks):
+        try:
+            valid = task_type is not None and task_id is not None and int(task_id) >= 0
+        except (TypeError, ValueError):
+            valid = False
+        if not valid:
+            bad.append(f"rank {rank}: task_type={task_type!r}, task_id={task_id!r}")
+    if not bad:
+        return
+    raise ClusterConfigError(
+        f"ParameterServerStrategy needs each rank's task (chief, ps or worker) from its cluster "
+        f"resolver; {type(resolver).__name__} gave no task on {len(bad)} of {len(tasks)} "
+        f"rank(s) ({'; '.join(bad[:4])}{'; ...' if len(bad) > 4 else ''}). Every rank runs "
+        "this script: pass task_type= and task_id= to SimpleClusterResolver on each rank, or "
+        "use hd.cluster.MPIClusterResolver(jobs={'chief': 1, 'ps': P, 'worker': W}), or pass no "
+        "resolver and set HPCDIST_NUM_PS=P (rank 0 is the chief, the next P ranks the ps)"
+    )
 
 
 def _default_resolver(size: int, num_ps: int | None) -> ClusterResolver:
