@@ -12,7 +12,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   "$venv/bin/python" -m pip install -q --upgrade pip >&2
-  "$venv/bin/python" -m pip install -q -e "$root[mpich,test,bench,demo]" >&2
+  "$venv/bin/python" -m pip install -q -e "$root[mpich,test,bench,demo,tensorboard]" >&2
   echo "$want" >"$stamp"
 fi
 echo "$venv"

@@ -1,7 +1,7 @@
 """Callbacks for `Model.fit` (Keras).
 
 History, ProgressBar, EarlyStopping, LearningRateScheduler, TerminateOnNaN, ModelCheckpoint,
-BackupAndRestore.
+BackupAndRestore, and (from their own modules) CSVLogger and TensorBoard.
 
 Batch logs: after each training step, a callback that defines ``on_train_batch_end`` (other
 than `ProgressBar`) receives Keras' batch logs, the epoch's running loss and metrics over all
@@ -27,79 +27,23 @@ from hpcdist.checkpoint import (
     checkpoint_communicator,
     is_checkpoint_chief,
 )
+from hpcdist.nn.callback_base import Callback, CallbackList, is_chief
+from hpcdist.nn.csv_logger import CSVLogger
+from hpcdist.nn.tensorboard_callback import TensorBoard
 
 __all__ = [
+    "BackupAndRestore",
+    "CSVLogger",
     "Callback",
     "CallbackList",
     "EarlyStopping",
     "History",
     "LearningRateScheduler",
+    "ModelCheckpoint",
     "ProgressBar",
+    "TensorBoard",
     "TerminateOnNaN",
 ]
-
-
-class Callback:
-    """Base class; ``self.model`` is set by `Model.fit`. Every hook is optional."""
-
-    #: Whether ``on_train_batch_end`` reads its ``logs`` (computing them costs one small
-    #: all-reduce per step); None means: whenever the callback overrides that hook.
-    reads_batch_logs: bool | None = None
-
-    def __init__(self) -> None:
-        self.model: Any = None
-        self.params: dict[str, Any] = {}
-
-    def set_model(self, model: Any) -> None:
-        """Attach the model being trained."""
-        self.model = model
-
-    def set_params(self, params: dict[str, Any]) -> None:
-        """Record ``epochs``, ``steps`` and ``verbose``."""
-        self.params = params
-
-    def on_train_begin(self, logs: dict | None = None) -> None:
-        """Before the first epoch."""
-
-    def on_train_end(self, logs: dict | None = None) -> None:
-        """After the last epoch."""
-
-    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
-        """Before an epoch."""
-
-    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        """After an epoch; ``logs`` holds the epoch's metrics (validation ones prefixed val_)."""
-
-    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
-        """After a training step."""
-
-
-class CallbackList:
-    """Dispatches every hook to several callbacks.
-
-    Attributes:
-        wants_batch_logs: Some callback reads the logs of ``on_train_batch_end``
-            (`Callback.reads_batch_logs`), so `Model.fit` computes them.
-    """
-
-    def __init__(self, callbacks: list[Callback], model: Any, params: dict[str, Any]) -> None:
-        self.callbacks = list(callbacks)
-        for cb in self.callbacks:
-            cb.set_model(model)
-            cb.set_params(params)
-        self.wants_batch_logs = any(
-            cb.reads_batch_logs
-            if cb.reads_batch_logs is not None
-            else type(cb).on_train_batch_end is not Callback.on_train_batch_end
-            for cb in self.callbacks
-        )
-
-    def __getattr__(self, hook: str) -> Callable[..., None]:
-        def dispatch(*args: Any, **kwargs: Any) -> None:
-            for cb in self.callbacks:
-                getattr(cb, hook)(*args, **kwargs)
-
-        return dispatch
 
 
 class History(Callback):
@@ -136,7 +80,7 @@ class ProgressBar(Callback):
     def _chief(self) -> bool:
         if self.is_chief is not None:
             return self.is_chief
-        return self.model.distribute_strategy.extended.should_checkpoint
+        return is_chief(self.model)
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         """Open the bar."""
@@ -245,8 +189,7 @@ class TerminateOnNaN(Callback):
         loss = (logs or {}).get("loss")
         if loss is None or math.isfinite(float(loss)):
             return
-        extended = getattr(self.model.distribute_strategy, "extended", None)
-        if getattr(extended, "should_checkpoint", True):
+        if is_chief(self.model):
             print(f"{where}: Invalid loss, terminating training", flush=True)
         self.model.stop_training = True
 
@@ -275,8 +218,7 @@ class LearningRateScheduler(Callback):
         except TypeError:  # Keras' fallback: the old one-argument form
             lr = self.schedule(epoch)
         optimizer.learning_rate = float(lr)
-        extended = getattr(self.model.distribute_strategy, "extended", None)
-        if self.verbose and getattr(extended, "should_checkpoint", True):
+        if self.verbose and is_chief(self.model):
             print(f"Epoch {epoch + 1}: LearningRateScheduler setting learning rate to {lr}.")
 
 

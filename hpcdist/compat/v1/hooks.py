@@ -4,13 +4,13 @@ Hooks read the global step with ``session.run(global_step)`` and log through
 `hpcdist.log.get_logger`. Differences from TF: `StopAtStepHook.last_step` lets a monitored
 session bound its train op (exact stop with any number of workers); `CheckpointSaverHook`
 writes HDF5 checkpoints through `hpcdist.compat.v1.saver.Saver` (no graph or events file);
-`SummarySaverHook` writes nothing; `StepCounterHook` keeps its rates in ``history``.
+`SummarySaverHook` (in `hpcdist.compat.v1.summary_hook`) writes the scalars it is given to a
+TensorBoard event file; `StepCounterHook` keeps its rates in ``history``.
 """
 
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +23,13 @@ from hpcdist.compat.v1.session_run_hook import (
     SessionRunContext,
     SessionRunHook,
     SessionRunValues,
+)
+from hpcdist.compat.v1.step_timer import SecondOrStepTimer
+from hpcdist.compat.v1.summary_hook import (
+    SummarySaverHook,
+    check_event_writer,
+    fetch_tag,
+    open_event_writer,
 )
 from hpcdist.compat.v1.variables import get_global_step
 from hpcdist.log import get_logger
@@ -63,62 +70,6 @@ class _GlobalStepHook(SessionRunHook):
             return None
         step = int(context.session.run(self._global_step))
         return step if timer.should_trigger_for_step(step) else None
-
-
-class SecondOrStepTimer:
-    """Triggers every ``every_secs`` seconds or every ``every_steps`` steps (TF's timer).
-
-    Args:
-        every_secs: Seconds between triggers.
-        every_steps: Steps between triggers.
-
-    Raises:
-        ValueError: Neither or both given.
-    """
-
-    def __init__(self, every_secs: float | None = None, every_steps: int | None = None) -> None:
-        self.reset()
-        self._every_secs = every_secs
-        self._every_steps = every_steps
-        if every_secs is None and every_steps is None:
-            raise ValueError("Either every_secs or every_steps should be provided.")
-        if every_secs is not None and every_steps is not None:
-            raise ValueError("Can not provide both every_secs and every_steps.")
-
-    def reset(self) -> None:
-        """Forget the last trigger (the next step triggers)."""
-        self._last_triggered_step: int | None = None
-        self._last_triggered_time: float | None = None
-
-    def should_trigger_for_step(self, step: int) -> bool:
-        """Whether ``step`` is due: the first step, or enough seconds or steps since the last."""
-        if self._last_triggered_step is None:
-            return True
-        if self._last_triggered_step == step:
-            return False
-        secs, steps = self._every_secs, self._every_steps
-        if secs is not None and time.time() >= self._last_triggered_time + secs:
-            return True
-        return steps is not None and step >= self._last_triggered_step + steps
-
-    def update_last_triggered_step(self, step: int) -> tuple[float | None, int | None]:
-        """Record a trigger at ``step``; ``(elapsed_secs, elapsed_steps)`` since the last one.
-
-        Both are None at the first trigger.
-        """
-        now = time.time()
-        if self._last_triggered_time is None:
-            elapsed_secs, elapsed_steps = None, None
-        else:
-            elapsed_secs = now - self._last_triggered_time
-            elapsed_steps = step - self._last_triggered_step
-        self._last_triggered_time = now
-        self._last_triggered_step = step
-        return elapsed_secs, elapsed_steps
-
-    def last_triggered_step(self) -> int | None:
-        """The step of the last trigger, or None."""
-        return self._last_triggered_step
 
 
 class StopAtStepHook(_GlobalStepHook):
@@ -259,11 +210,6 @@ class CheckpointSaverHook(_GlobalStepHook):
         return self._saver
 
 
-def _tag(item: Any) -> str:
-    """The tag a `LoggingTensorHook` shows for an item of a list of tensors."""
-    return str(getattr(item, "name", None) or getattr(item, "__name__", None) or item)
-
-
 class LoggingTensorHook(SessionRunHook):
     """Logs the values of tensors every N local steps, every N seconds, or at the end.
 
@@ -297,7 +243,7 @@ class LoggingTensorHook(SessionRunHook):
         if every_n_iter is not None and every_n_iter <= 0:
             raise ValueError(f"Invalid every_n_iter={every_n_iter}: expected a positive integer.")
         is_dict = isinstance(tensors, dict)
-        self._tensors = dict(tensors) if is_dict else {_tag(t): t for t in tensors}
+        self._tensors = dict(tensors) if is_dict else {fetch_tag(t): t for t in tensors}
         self._tag_order = sorted(self._tensors) if is_dict else list(self._tensors)
         self._formatter = formatter
         self._timer = SecondOrStepTimer(every_n_secs, every_n_iter) if not only_log_at_end else None
@@ -387,8 +333,9 @@ class StepCounterHook(_GlobalStepHook):
     Args:
         every_n_steps: Global steps between logs.
         every_n_secs: Seconds between logs.
-        output_dir: Accepted (no events file is written).
-        summary_writer: Accepted (no summaries).
+        output_dir: Also write each rate as a TensorBoard scalar (tag ``global_step/sec``)
+            to an event file there (needs the `tensorboard` package).
+        summary_writer: An `hpcdist.nn.event_writer.EventWriter` to write the rates to.
 
     Raises:
         ValueError: Neither or both of ``every_n_steps``/``every_n_secs``.
@@ -406,17 +353,20 @@ class StepCounterHook(_GlobalStepHook):
                 "exactly one of every_n_steps and every_n_secs should be provided; got "
                 f"every_n_steps={every_n_steps}, every_n_secs={every_n_secs}"
             )
-        del output_dir, summary_writer
         self._timer = SecondOrStepTimer(every_steps=every_n_steps, every_secs=every_n_secs)
+        check_event_writer("StepCounterHook", output_dir, summary_writer)
+        self._output_dir, self._summary_writer = output_dir, summary_writer
+        self._writer: Any = None
         self._last_global_step: int | None = None
         self._warned = 0
         self._summary_tag = "global_step/sec"
         self.history: list[tuple[int, float]] = []
 
     def begin(self) -> None:
-        """Find the global step (RuntimeError without one)."""
+        """Find the global step (RuntimeError without one); open the event file, if any."""
         super().begin()
         self._summary_tag = f"{self._global_step.name}/sec"
+        self._writer = open_event_writer("StepCounterHook", self._output_dir, self._summary_writer)
 
     def after_run(self, run_context: SessionRunContext, run_values: SessionRunValues) -> None:
         """Log the rate when the timer triggers; warn when the global step does not move."""
@@ -428,35 +378,13 @@ class StepCounterHook(_GlobalStepHook):
                 rate = elapsed_steps / elapsed_time if elapsed_time > 0 else float("inf")
                 self.history.append((step, rate))
                 get_logger().info("%s: %g", self._summary_tag, rate)
+                if self._writer is not None:
+                    self._writer.add_scalars({self._summary_tag: rate}, step)
+                    self._writer.flush()
         if stale == self._last_global_step and self._warned < 5:
             self._warned += 1
             get_logger().warning(_NOT_INCREASED, stale, self._last_global_step)
         self._last_global_step = stale
-
-
-class SummarySaverHook(SessionRunHook):
-    """Accepts TF's arguments and writes nothing: hpcdist's TF1 layer has no summaries.
-
-    Args:
-        save_steps: Steps between saves (checked as TF does).
-        save_secs: Seconds between saves.
-        output_dir, summary_writer, scaffold, summary_op: Accepted.
-
-    Raises:
-        ValueError: Neither or both of ``save_steps``/``save_secs``.
-    """
-
-    def __init__(
-        self,
-        save_steps: int | None = None,
-        save_secs: float | None = None,
-        output_dir: str | None = None,
-        summary_writer: Any = None,
-        scaffold: Any = None,
-        summary_op: Any = None,
-    ) -> None:
-        del output_dir, summary_writer, scaffold, summary_op
-        self._timer = SecondOrStepTimer(every_secs=save_secs, every_steps=save_steps)
 
 
 class FinalOpsHook(SessionRunHook):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from hpcdist.compat.v1 import summary_hook
 from hpcdist.compat.v1.graph import get_default_graph
 from hpcdist.compat.v1.hooks import CheckpointSaverHook, StepCounterHook, SummarySaverHook
 from hpcdist.compat.v1.session import Session
@@ -318,14 +319,20 @@ def MonitoredTrainingSession(  # noqa: N802 - TF's name
     all_hooks = list(chief_only_hooks or [])
     creator = ChiefSessionCreator(scaffold, master, config, checkpoint_dir)
     summary_dir = summary_dir or checkpoint_dir
+    # TF's hooks write events to summary_dir; here when the 'tensorboard' extra is installed.
+    events_dir = summary_dir if summary_hook.EventWriter is not None else None
     if summary_dir and log_step_count_steps and log_step_count_steps > 0:
-        all_hooks.append(StepCounterHook(every_n_steps=log_step_count_steps))
+        all_hooks.append(StepCounterHook(every_n_steps=log_step_count_steps, output_dir=events_dir))
     if summary_dir and (
         (save_summaries_steps and save_summaries_steps > 0)
         or (save_summaries_secs and save_summaries_secs > 0)
     ):
         all_hooks.append(
-            SummarySaverHook(save_steps=save_summaries_steps, save_secs=save_summaries_secs)
+            SummarySaverHook(
+                save_steps=save_summaries_steps,
+                save_secs=save_summaries_secs,
+                output_dir=events_dir,
+            )
         )
     if checkpoint_dir and (
         (save_checkpoint_secs and save_checkpoint_secs > 0)

@@ -41,7 +41,6 @@ from hpcdist.core.variables import Variable
 from hpcdist.data.nest import map_structure
 from hpcdist.errors import ClusterConfigError, OutOfRangeError, UnavailableError
 from hpcdist.settings import get_settings
-from hpcdist.strategies.ps.functions import describe
 from hpcdist.strategies.values import DistributedValues
 
 __all__ = [
@@ -362,7 +361,7 @@ class _Runtime:
                 )
             args, kwargs = pickle.loads(args_blob)
             traced = (
-                timeline.span("ps", f"run {describe(fn)}")
+                timeline.span("ps", f"run {getattr(fn, '__qualname__', type(fn).__name__)}")
                 if timeline._recorder is not None
                 else contextlib.nullcontext()
             )
