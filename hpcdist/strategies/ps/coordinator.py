@@ -59,6 +59,8 @@ __all__ = [
 ]
 
 
+_NO_ARGUMENTS = pickle.dumps(((), {}))
+
 #: How long a thread waiting for a result drives the dispatch loop itself without progress
 #: before it sleeps until the dispatcher thread wakes it.
 PUMP_SECONDS = 2e-3
@@ -174,19 +176,23 @@ class ClusterCoordinator:
     def _closure(self, fn: Callable[..., Any], args: Any, kwargs: Any, worker: int | None):
         if not callable(fn):
             raise TypeError(f"schedule needs a callable, got {type(fn).__name__}")
-        args = tuple(args or ())
-        kwargs = dict(kwargs or {})
-        for leaf in flatten((args, kwargs)):
-            if isinstance(leaf, RemoteValue):
-                raise TypeError(
-                    "a RemoteValue cannot be passed to a scheduled function: call .fetch() on "
-                    "the coordinator and pass the value"
-                )
         function = self._functions.entry(fn)
-        try:
-            blob = cloudpickle.dumps((args, kwargs))
-        except Exception as exc:
-            raise TypeError(f"cannot send the arguments of {fn!r} to the workers: {exc}") from exc
+        if not args and not kwargs:
+            blob = _NO_ARGUMENTS
+        else:
+            args, kwargs = tuple(args or ()), dict(kwargs or {})
+            for leaf in flatten((args, kwargs)):
+                if isinstance(leaf, RemoteValue):
+                    raise TypeError(
+                        "a RemoteValue cannot be passed to a scheduled function: call .fetch() "
+                        "on the coordinator and pass the value"
+                    )
+            try:
+                blob = cloudpickle.dumps((args, kwargs))
+            except Exception as exc:
+                raise TypeError(
+                    f"cannot send the arguments of {fn!r} to the workers: {exc}"
+                ) from exc
         closure = _Closure(function, blob, worker)
         closure.remote_value._pump = self._pump
         return closure

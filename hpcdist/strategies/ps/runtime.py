@@ -378,7 +378,7 @@ class _Runtime:
                         f"a scheduled function called sys.exit({exc.code!r}) on worker "
                         f"{self.roles.workers.index(self.rank)}; workers keep serving"
                     ) from None
-            reply = cloudpickle.dumps(("ok", _to_host(value), None))
+            reply = _dumps(("ok", _to_host(value), None))
         except Exception as exc:  # sent to the coordinator, raised there
             reply = cloudpickle.dumps(("error", _portable(exc), traceback.format_exc()))
         for old in forget:
@@ -451,3 +451,11 @@ def _portable(exc: BaseException) -> BaseException:
         return exc
     except Exception:
         return RuntimeError(f"{type(exc).__name__}: {exc}")
+
+
+def _dumps(message: Any) -> bytes:
+    """``pickle`` (fast, C) for plain results; cloudpickle for what only it can send."""
+    try:
+        return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return cloudpickle.dumps(message)
