@@ -8,6 +8,11 @@ single all-reduces. ``auto_inplace`` is ``allreduce_`` (in place, like raw ``All
 preallocated buffer); the others return a new array. ``--no-checks`` turns the cross-rank checks
 off.
 
+Across nodes (``bash scripts/twonode.sh run 2+2 python benchmarks/allreduce.py --max-mib 64``:
+two namespace nodes on one machine, TCP over veths) the SHM implementation is the hierarchical
+backend (node reduce in shared memory, node leaders over MPI, node broadcast), reported as
+``hierarchical``; ``raw`` and ``mpi`` are flat MPI over every rank.
+
 ``--gpu`` measures CuPy arrays on this rank's GPU instead: hpcdist with NCCL and with staging
 through pinned host memory (``implementation="mpi"``) against raw NCCL (``cupy.cuda.nccl`` on
 the same buffers) and raw staging (``get()``, ``Allreduce``, ``cupy.asarray``). Every timed call
@@ -55,6 +60,8 @@ def main() -> None:
     while size <= args.max_mib << 20:
         sizes.append(size)
         size *= 4
+    # across nodes the shared-memory implementation is the hierarchical backend
+    names = {"shm": "hierarchical"} if comm.num_nodes > 1 else {}
     impls = args.impls.split(",")
     rows = []
     for nbytes in sizes:
@@ -65,7 +72,7 @@ def main() -> None:
         calls = {"raw": lambda x=x, out=out: raw.Allreduce(x, out)}
         for impl in impls:
             opts = hd.CommunicationOptions(implementation=impl)
-            calls[impl] = lambda o=opts, x=x: comm.allreduce(x, options=o)
+            calls[names.get(impl, impl)] = lambda o=opts, x=x: comm.allreduce(x, options=o)
         calls["auto_inplace"] = lambda z=zeros: comm.allreduce_(z)
         # Interleaved rounds: each round times every variant once; ratios are taken within a
         # round (same machine state), then the median over rounds is reported.
@@ -107,6 +114,7 @@ def main() -> None:
         "benchmark": "allreduce",
         "ranks": n,
         "nodes": comm.num_nodes,
+        "ranks_per_node": comm.allgather_object(comm.local_size),
         "checks": not args.no_checks,
         "mpi_library": MPI.Get_library_version().splitlines()[0],
         "memcpy_GBs": {"4MiB": memcpy_bandwidth(4 << 20), "128MiB": memcpy_bandwidth(128 << 20)},
@@ -124,7 +132,7 @@ def main() -> None:
     }
     emit(result, args.out)
     if args.plot and comm.rank == 0:
-        plot(result, args.plot, impls)
+        plot(result, args.plot, [names.get(impl, impl) for impl in impls])
 
 
 def gpu_main(args: argparse.Namespace) -> None:

@@ -2,7 +2,8 @@
 # The whole test suite: lint, unit and integration tests, fault injection (ranks leaving early
 # or stopped, unpicklable objects, full disks, changed models), end-to-end tests on a real local Slurm
 # (started and stopped by the tests; needs root and apt), then the MPI tests at 2, 3 and 4 ranks
-# and once more on 4 ranks split into 2 fake nodes (the hierarchical path), then the GPU tests on
+# and once more on 4 ranks split into 2 fake nodes (the hierarchical path), then across two real
+# nodes on this machine (tests/twonode/run.sh, as root), then the GPU tests on
 # the device simulator (tests/devicesim) at 1-4 ranks. Every MPI run is
 # bounded by `timeout`, so a hang fails with a message instead of stalling.
 set -euo pipefail
@@ -53,6 +54,11 @@ done
 echo "== MPI tests on 4 ranks in 2 fake nodes (HPCDIST_RANKS_PER_NODE=2)"
 HPCDIST_RANKS_PER_NODE=2 bounded "mpiexec -n 4 (2 nodes)" \
   mpiexec -n 4 bash tests/mpi_pytest.sh -q tests/mpi
+# Two real nodes (scripts/twonode.sh: namespaces with their own hostname, /dev/shm, PIDs and
+# network, TCP over veths): the MPI suite at 2+2, then tests/twonode. Needs root; otherwise the
+# step says why and runs only its one-node test.
+echo "== two real nodes (namespaces; scripts/twonode.sh)"
+(limit=900 && bounded "two-node step" bash tests/twonode/run.sh)
 # The GPU code without a GPU: tests/devicesim stands in for CuPy and NCCL (numpy arrays on
 # simulated devices, CuPy's rules enforced, NCCL's calls reduced over MPI). It checks hpcdist's
 # device logic, not CUDA: tests/gpu/run.sh on a real GPU does that.

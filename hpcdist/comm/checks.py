@@ -4,7 +4,10 @@ Every collective carries a `Header`: sequence number, kind, op, dtype and shape.
 headers across ranks before moving data (the shared-memory backend inside its first barrier,
 the others with one small all-reduce), and ranks that disagree all raise the same
 `CollectiveMismatchError`. Waiting is done by polling with a deadline, so that a rank that
-never arrives produces `DeadlineExceededError` naming it, instead of a hang.
+never arrives produces `DeadlineExceededError` naming it, instead of a hang. The stall warning
+and the error say what the wait lacks: ranks read as not arrived (from the `ArrivalBoard` of
+`hpcdist.comm.envelope`), ranks whose entry could not be read in time (not known), or, when
+every rank has arrived, data that has not finished moving (the bytes outstanding where known).
 
 dtypes are compared by kind, size and byte order (`dtype_code`): ``int64`` and ``longlong``
 are the same type, ``>f8`` and ``<f8`` are not.
@@ -16,6 +19,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 from mpi4py import MPI
@@ -23,18 +27,22 @@ from mpi4py import MPI
 from hpcdist.errors import CollectiveMismatchError, DeadlineExceededError
 from hpcdist.log import get_logger
 
+if TYPE_CHECKING:
+    from hpcdist.comm.envelope import ArrivalBoard
+
 __all__ = [
     "CLOSING",
     "GAVE_UP",
     "HEADER_WORDS",
     "LEFT",
+    "NO_ANSWER",
     "POISON",
-    "ArrivalBoard",
     "Deadline",
     "Header",
     "dtype_code",
     "fingerprint",
     "mismatch_error",
+    "payload_bytes",
     "verify_headers",
 ]
 
@@ -74,7 +82,8 @@ CLOSING = -4
 GAVE_UP = -6
 #: Sequence number of the wait for every rank to close (at ``close`` or at exit).
 CLOSE = -5
-_NO_ANSWER = -2  # the rank's board could not be read in time (stopped, or no progress)
+#: The entry of a rank whose board could not be read in time (stopped, or no progress).
+NO_ANSWER = -2
 
 #: Flag bit of a `dtype_code`: the dtype is big-endian.
 _BIG = 0x100
@@ -251,6 +260,7 @@ class Deadline:
         "board",
         "header",
         "header_fn",
+        "progress",
         "seq",
         "stall_warning",
         "start",
@@ -277,6 +287,8 @@ class Deadline:
         self.board = board
         self.seq = header.seq if seq is None and header is not None else seq
         self.header_fn: Callable[[], Header] | None = None  # builds the header lazily
+        #: (bytes moved, bytes in all) of this rank's transfer, where a backend reports it.
+        self.progress: tuple[int, int] | None = None
         self._warned = False
 
     def what(self) -> str:
@@ -290,31 +302,61 @@ class Deadline:
             return self.header.describe()
         return f"collective #{self.seq}" if self.seq is not None else "collective"
 
-    def report(self) -> tuple[list[int], str]:
-        """The ranks that have not entered this collective, and what is known of each.
+    def report(self) -> tuple[list[int], list[int], str]:
+        """The ranks read as not arrived, those unread, and what is known of the missing ones.
 
-        Returns:
-            The ranks (empty if unknown) and a text such as ``"; rank 1 left the program"``
-            (empty when there is nothing to add).
+        See ``ArrivalBoard.report`` (`hpcdist.comm.envelope`); nothing is known without a board.
         """
         if self.board is None or self.seq is None:
-            return [], ""
-        values = self.board.read()
-        missing = behind(values, self.seq)
-        notes = []
-        for r in missing:
-            seq, state = (int(v) for v in values[r])
-            if state == LEFT:
-                notes.append(f"rank {r} left the program (it reached its end)")
-            elif state == CLOSING:
-                notes.append(f"rank {r} is closing the communicator")
-            elif state == GAVE_UP:
-                notes.append(f"rank {r} gave up closing the communicator (deadline passed)")
-            elif state == _NO_ANSWER:
-                notes.append(f"rank {r} did not answer (stopped or busy outside MPI?)")
-            elif self.seq == CLOSE and seq > 0:
-                notes.append(f"rank {r} last entered collective #{seq}")
-        return missing, "".join(f"; {note}" for note in notes)
+            return [], [], ""
+        return self.board.report(self.seq)
+
+    def moved(self, done: int, total: int) -> None:
+        """Record that ``done`` of this rank's ``total`` bytes have moved (for the messages)."""
+        self.progress = (done, total)
+
+    def situation(self, missing: list[int], unread: list[int], notes: str, error: bool) -> str:
+        """What the wait lacks: ranks that never arrived, or data that has not finished moving.
+
+        Args:
+            missing: Ranks read as not arrived.
+            unread: Ranks whose entry could not be read in time.
+            notes: What is known of the missing ranks (from `report`).
+            error: Phrase it for `DeadlineExceededError` (else for the stall warning).
+        """
+        if missing:
+            text = f"rank(s) {_ranks_text(missing)} never joined" if error else ""
+            text = text or f"ranks not yet arrived: {_ranks_text(missing)}"
+            text += notes
+        elif self.board is None:
+            return "all ranks joined but the transfer did not finish" if error else "unknown"
+        elif not unread:
+            text = f"every rank {'joined' if error else 'has arrived'} ({self.board.size} of "
+            text += f"{self.board.size}); the data has not finished moving{self._outstanding()}"
+            return text
+        else:
+            arrived = [r for r in range(self.board.size) if r not in unread]
+            text = f"rank(s) {_ranks_text(arrived)} arrived"
+        if unread:
+            text += (
+                f"; rank(s) {_ranks_text(unread)} unknown (no answer within "
+                f"{self.board.GRACE:g} s: stopped, busy outside MPI, or behind a saturated link)"
+            )
+            if not missing:
+                text += f"; if they arrived, the data has not finished moving{self._outstanding()}"
+        return text
+
+    def _outstanding(self) -> str:
+        """``": 3.0 MiB of 4.0 MiB outstanding on this rank"``, or what is known of it."""
+        if self.progress is not None:
+            done, total = self.progress
+            return f": {_size(total - done)} of {_size(total)} outstanding on this rank"
+        if self.header is None:
+            return ""
+        nbytes = payload_bytes(self.header.words)
+        if nbytes is None:
+            return ""
+        return f": up to {_size(nbytes)} outstanding on this rank (no partial progress is known)"
 
     def wait(self, done: Callable[[], bool]) -> None:
         """Return once ``done()`` is true.
@@ -345,13 +387,12 @@ class Deadline:
             time.sleep(min(1e-3, 1e-6 * (spins - self.SPINS + 1)))
         if self.stall_warning is not None and not self._warned and elapsed > self.stall_warning:
             self._warned = True
-            missing, notes = self.report()
+            missing, unread, notes = self.report()
             get_logger().warning(
-                "%s has waited %.0f s; ranks not yet arrived: %s%s%s",
+                "%s has waited %.0f s; %s%s",
                 self.what(),
                 elapsed,
-                _ranks_text(missing) or "unknown",
-                notes,
+                self.situation(missing, unread, notes, error=False),
                 ""
                 if self.timeout is not None
                 else (
@@ -361,88 +402,30 @@ class Deadline:
                 ),
             )
         if self.timeout is not None and elapsed > self.timeout:
-            missing, notes = self.report()
+            missing, unread, notes = self.report()
             rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
             raise DeadlineExceededError(
                 f"{self.what()} did not complete within {self.timeout:g} s on rank {rank} of "
                 f"{size} ({MPI.Get_processor_name()}): "
-                + (
-                    f"rank(s) {_ranks_text(missing)} never joined{notes}"
-                    if missing
-                    else "all ranks joined but the transfer did not finish"
-                ),
+                + self.situation(missing, unread, notes, error=True),
                 tuple(missing),
             )
 
 
-def behind(values: np.ndarray, seq: int) -> list[int]:
-    """The ranks that have not entered collective ``seq``, from the board's entries.
+def payload_bytes(words: Sequence[int]) -> int | None:
+    """Bytes of the array described by a header's words; None without one (or hashed shape)."""
+    dcode, ndim = int(words[3]), int(words[5])
+    if not dcode or ndim < 0:
+        return None
+    try:
+        itemsize = np.dtype(chr(dcode & 0xFF)).itemsize
+    except TypeError:
+        return None
+    return itemsize * int(np.prod([int(d) for d in words[6 : 6 + ndim]], dtype=np.int64))
 
-    ``values[r]`` is rank ``r``'s (sequence number, state). For `CLOSE`, the ranks not (yet)
-    closing.
-    """
-    if seq == CLOSE:
-        return [r for r, (_, state) in enumerate(values) if state not in (LEFT, CLOSING)]
-    return [r for r, (last, _) in enumerate(values) if last < seq]
 
-
-class ArrivalBoard:
-    """Each rank publishes the sequence number of the collective it last entered, and its state.
-
-    Two int64 per rank in an RMA window; publishing is a local store. Only when a collective is
-    slow are the other ranks' entries read (``Rget``, bounded in time), to name the ranks that
-    have not arrived. The state is 0, or `LEFT` (the rank reached the end of the program),
-    `CLOSING` (it is closing the communicator) or `GAVE_UP` (closing passed its deadline).
-
-    Args:
-        comm: The library's communicator (collective construction).
-    """
-
-    def __init__(self, comm: MPI.Intracomm) -> None:
-        self.comm = comm
-        self.win = MPI.Win.Allocate(16, 8, comm=comm)
-        #: This rank's entry: ``mine[0]`` the sequence number, ``mine[1]`` the state.
-        self.mine = np.frombuffer(self.win.tomemory(), dtype=np.int64, count=2)
-        self.mine[:] = (-1, 0)
-        comm.Barrier()
-        self.win.Lock_all(MPI.MODE_NOCHECK)
-
-    def publish(self, seq: int) -> None:
-        """Record that this rank entered collective ``seq``."""
-        self.mine[0] = seq
-
-    def set_state(self, state: int) -> None:
-        """Record that this rank left the program, is closing, or gave up closing."""
-        self.mine[1] = state
-
-    def read(self, grace: float = 2.0) -> np.ndarray:
-        """Every rank's entry, ``(size, 2)``.
-
-        Ranks that did not answer within ``grace`` seconds read ``(-2, -2)``.
-        """
-        self.win.Sync()
-        me, size = self.comm.Get_rank(), self.comm.Get_size()
-        values = np.full((size, 2), _NO_ANSWER, dtype=np.int64)
-        requests = {}
-        for r in range(size):
-            if r != me:
-                requests[r] = self.win.Rget([values[r], MPI.INT64_T], r)
-        values[me] = self.mine
-        end = time.monotonic() + grace
-        while requests and time.monotonic() < end:
-            for r in [r for r, req in requests.items() if req.Test()]:
-                del requests[r]
-            time.sleep(1e-4)
-        out = values.copy()  # a late answer still lands in ``values``, not in the result
-        for r in requests:
-            out[r] = _NO_ANSWER
-        return out
-
-    def free(self) -> None:
-        """Release the window (collective)."""
-        if self.win != MPI.WIN_NULL:
-            self.win.Unlock_all()
-            self.win.Free()
+def _size(nbytes: int) -> str:
+    return f"{nbytes / (1 << 20):.1f} MiB" if nbytes >= 1 << 20 else f"{nbytes} bytes"
 
 
 def verify_headers(

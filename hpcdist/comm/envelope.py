@@ -14,10 +14,14 @@ unusable: its peers may still be waiting in the abandoned operation.
 Closing (`Envelope.agree_to_close`, at ``Communicator.close`` and at exit) first agrees, under the
 deadline, on a communicator of its own that every rank is closing and whether any rank's
 communicator failed: the collective frees then run only where every rank takes part.
+
+The `ArrivalBoard` is where each rank publishes the collective it entered and its state; a slow
+wait reads it to tell ranks that never arrived from ranks whose data is still moving.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -30,8 +34,8 @@ from hpcdist.comm.checks import (
     CLOSING,
     GAVE_UP,
     LEFT,
+    NO_ANSWER,
     POISON,
-    ArrivalBoard,
     Deadline,
     Header,
 )
@@ -42,12 +46,111 @@ from hpcdist.errors import (
     UnavailableError,
 )
 
-__all__ = ["POISON", "Envelope"]
+__all__ = ["POISON", "ArrivalBoard", "Envelope", "behind"]
 
 # Where the current collective stands (`Envelope.stage`).
 _OPEN = 0  # sequence number taken, header not yet compared: a failure poisons the check
 _CHECKING = 1  # comparing headers: what is raised now is raised on every rank
 _MOVING = 2  # headers agreed, data moving: a failure breaks the communicator
+
+
+def behind(values: np.ndarray, seq: int) -> list[int]:
+    """The ranks that have not entered collective ``seq``, from the board's entries.
+
+    ``values[r]`` is rank ``r``'s (sequence number, state). For `CLOSE`, the ranks not (yet)
+    closing.
+    """
+    if seq == CLOSE:
+        return [r for r, (_, state) in enumerate(values) if state not in (LEFT, CLOSING)]
+    return [r for r, (last, _) in enumerate(values) if last < seq]
+
+
+class ArrivalBoard:
+    """Each rank publishes the sequence number of the collective it last entered, and its state.
+
+    Two int64 per rank in an RMA window; publishing is a local store. Only when a collective is
+    slow are the other ranks' entries read (``Rget``, bounded in time), to name the ranks that
+    have not arrived. The state is 0, or `LEFT` (the rank reached the end of the program),
+    `CLOSING` (it is closing the communicator) or `GAVE_UP` (closing passed its deadline).
+
+    Args:
+        comm: The library's communicator (collective construction).
+    """
+
+    #: Seconds a read of the other ranks' entries may take (`read`).
+    GRACE = 2.0
+
+    def __init__(self, comm: MPI.Intracomm) -> None:
+        self.comm = comm
+        self.size = comm.Get_size()
+        self.win = MPI.Win.Allocate(16, 8, comm=comm)
+        #: This rank's entry: ``mine[0]`` the sequence number, ``mine[1]`` the state.
+        self.mine = np.frombuffer(self.win.tomemory(), dtype=np.int64, count=2)
+        self.mine[:] = (-1, 0)
+        comm.Barrier()
+        self.win.Lock_all(MPI.MODE_NOCHECK)
+
+    def publish(self, seq: int) -> None:
+        """Record that this rank entered collective ``seq``."""
+        self.mine[0] = seq
+
+    def set_state(self, state: int) -> None:
+        """Record that this rank left the program, is closing, or gave up closing."""
+        self.mine[1] = state
+
+    def read(self, grace: float | None = None) -> np.ndarray:
+        """Every rank's entry, ``(size, 2)``.
+
+        Ranks that did not answer within ``grace`` seconds (default `GRACE`) read ``(-2, -2)``.
+        """
+        grace = self.GRACE if grace is None else grace
+        self.win.Sync()
+        me, size = self.comm.Get_rank(), self.comm.Get_size()
+        values = np.full((size, 2), NO_ANSWER, dtype=np.int64)
+        requests = {}
+        for r in range(size):
+            if r != me:
+                requests[r] = self.win.Rget([values[r], MPI.INT64_T], r)
+        values[me] = self.mine
+        end = time.monotonic() + grace
+        while requests and time.monotonic() < end:
+            for r in [r for r, req in requests.items() if req.Test()]:
+                del requests[r]
+            time.sleep(1e-4)
+        out = values.copy()  # a late answer still lands in ``values``, not in the result
+        for r in requests:
+            out[r] = NO_ANSWER
+        return out
+
+    def report(self, seq: int) -> tuple[list[int], list[int], str]:
+        """Who has not entered collective ``seq`` (`CLOSE`: not closing), and what is known.
+
+        Returns:
+            The ranks read as not arrived, the ranks whose entry could not be read within
+            `GRACE` (stopped, busy outside MPI, or behind a saturated link: whether they arrived
+            is not known), and a text such as ``"; rank 1 left the program"`` (or empty).
+        """
+        values = self.read()
+        unread = [r for r, (_, state) in enumerate(values) if state == NO_ANSWER]
+        missing = [r for r in behind(values, seq) if r not in unread]
+        notes = []
+        for r in missing:
+            last, state = (int(v) for v in values[r])
+            if state == LEFT:
+                notes.append(f"rank {r} left the program (it reached its end)")
+            elif state == CLOSING:
+                notes.append(f"rank {r} is closing the communicator")
+            elif state == GAVE_UP:
+                notes.append(f"rank {r} gave up closing the communicator (deadline passed)")
+            elif seq == CLOSE and last > 0:
+                notes.append(f"rank {r} last entered collective #{last}")
+        return missing, unread, "".join(f"; {note}" for note in notes)
+
+    def free(self) -> None:
+        """Release the window (collective)."""
+        if self.win != MPI.WIN_NULL:
+            self.win.Unlock_all()
+            self.win.Free()
 
 
 class Envelope:

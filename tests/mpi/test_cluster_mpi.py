@@ -1,4 +1,5 @@
 import os
+import socket
 
 import pytest
 from mpi4py import MPI
@@ -51,7 +52,14 @@ def test_node_layout_and_fake_nodes():
         assert layout.local_rank == comm.rank % rpn
         assert layout.num_nodes == -(-comm.size // rpn)
     else:
-        assert layout.num_nodes == 1  # one machine
-        assert layout.local_rank == comm.rank
+        # the real layout: ranks with the same hostname share a node, nodes numbered in the
+        # order of their lowest rank (one machine, or the namespace nodes of scripts/twonode.sh)
+        hosts = comm.allgather(socket.gethostname())
+        order = list(dict.fromkeys(hosts))
+        mine = [r for r, h in enumerate(hosts) if h == hosts[comm.rank]]
+        assert layout.num_nodes == len(order)
+        assert layout.node_rank == order.index(hosts[comm.rank])
+        assert (layout.local_rank, layout.local_size) == (mine.index(comm.rank), len(mine))
+        assert layout.node_of_rank == tuple(order.index(h) for h in hosts)
     fake = node_layout(comm, ranks_per_node=1)
     assert (fake.num_nodes, fake.local_size, fake.node_rank) == (comm.size, 1, comm.rank)

@@ -212,7 +212,7 @@ def test_central_storage_one_copy_per_node():
 
     comm = hd.comm.world()
     if comm.num_nodes > 1:
-        pytest.skip("fake nodes: CentralStorageStrategy spans one node (tested to raise below)")
+        pytest.skip("several nodes: CentralStorageStrategy spans one node (tested to raise below)")
     s = hd.CentralStorageStrategy()
     n = s.num_replicas_in_sync
     assert n == comm.size
