@@ -142,6 +142,7 @@ _SUBPACKAGES = frozenset(
         "settings",
         "strategies",
         "tfcore",
+        "timeline",
         "utils",
     }
 )
@@ -358,6 +359,7 @@ __all__ = [
     "subtract",
     "tanh",
     "tfcore",
+    "timeline",
     "uint8",
     "uint16",
     "uint32",
