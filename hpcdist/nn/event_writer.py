@@ -1,8 +1,8 @@
 """TensorBoard event files, written with the `tensorboard` package and never TensorFlow.
 
-Needs the optional extra ``pip install hpcdist[tensorboard]``: this module imports the
-`tensorboard` package at its top and fails to import without it (`hpcdist.nn.tensorboard_callback`
-and `hpcdist.compat.v1.summary_hook` turn that into a clear error when they are used).
+Needs the optional extra ``pip install hpcdist[tensorboard]``. Without it this module still
+imports, and `require` raises the error naming the extra (`hpcdist.nn.tensorboard_callback` and
+`hpcdist.compat.v1.summary_hook` call it when they are asked to write events).
 
 The records are TensorBoard's own: its ``RecordWriter`` (length, masked CRC-32C, data, CRC)
 over a plain Python file, and its ``Event`` / ``Summary`` protocol buffers. TensorBoard's
@@ -19,10 +19,29 @@ import socket
 import time
 from types import TracebackType
 
-from tensorboard.compat.proto import event_pb2, summary_pb2
-from tensorboard.summary.writer.record_writer import RecordWriter
+try:
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+    from tensorboard.summary.writer.record_writer import RecordWriter
+except ImportError as error:  # the optional extra is not installed
+    MISSING: ImportError | None = error
+else:
+    MISSING = None
 
-__all__ = ["EventWriter"]
+__all__ = ["MISSING", "EventWriter", "require"]
+
+
+def require(who: str) -> None:
+    """Raise a clear ImportError when the `tensorboard` package is not installed.
+
+    Args:
+        who: What needs it, for the message (``"TensorBoard(log_dir='logs')"``).
+    """
+    if MISSING is not None:
+        raise ImportError(
+            f"{who} writes TensorBoard events with the 'tensorboard' package, which is not "
+            f"installed ({MISSING}): pip install hpcdist[tensorboard]"
+        ) from MISSING
+
 
 _uid = itertools.count()
 

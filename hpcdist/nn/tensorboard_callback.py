@@ -14,15 +14,9 @@ import os
 import time
 from typing import Any
 
+from hpcdist.nn import event_writer
 from hpcdist.nn.callback_base import Callback, is_chief
-
-try:
-    from hpcdist.nn.event_writer import EventWriter
-except ImportError as error:  # the optional extra is not installed
-    EventWriter = None
-    _MISSING: ImportError | None = error
-else:
-    _MISSING = None
+from hpcdist.nn.event_writer import EventWriter
 
 __all__ = ["TensorBoard"]
 
@@ -67,11 +61,7 @@ class TensorBoard(Callback):
 
     def __init__(self, log_dir: str | os.PathLike = "logs", update_freq: Any = "epoch") -> None:
         super().__init__()
-        if EventWriter is None:
-            raise ImportError(
-                "hd.nn.callbacks.TensorBoard writes with the 'tensorboard' package, which is not "
-                f"installed ({_MISSING}): pip install hpcdist[tensorboard]"
-            ) from _MISSING
+        event_writer.require("hd.nn.callbacks.TensorBoard")
         self.log_dir = os.fspath(log_dir)
         self.update_freq = _check_update_freq(update_freq)
         self.reads_batch_logs = self.update_freq != "epoch"

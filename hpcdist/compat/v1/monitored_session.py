@@ -16,7 +16,6 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from hpcdist.compat.v1 import summary_hook
 from hpcdist.compat.v1.graph import get_default_graph
 from hpcdist.compat.v1.hooks import CheckpointSaverHook, StepCounterHook, SummarySaverHook
 from hpcdist.compat.v1.session import Session
@@ -24,6 +23,7 @@ from hpcdist.compat.v1.session_manager import ChiefSessionCreator, Scaffold, Wor
 from hpcdist.compat.v1.session_run_hook import SessionRunArgs, SessionRunContext, SessionRunValues
 from hpcdist.errors import AbortedError, OutOfRangeError, UnavailableError
 from hpcdist.log import get_logger
+from hpcdist.nn import event_writer
 
 __all__ = [
     "USE_DEFAULT",
@@ -320,7 +320,7 @@ def MonitoredTrainingSession(  # noqa: N802 - TF's name
     creator = ChiefSessionCreator(scaffold, master, config, checkpoint_dir)
     summary_dir = summary_dir or checkpoint_dir
     # TF's hooks write events to summary_dir; here when the 'tensorboard' extra is installed.
-    events_dir = summary_dir if summary_hook.EventWriter is not None else None
+    events_dir = summary_dir if event_writer.MISSING is None else None
     if summary_dir and log_step_count_steps and log_step_count_steps > 0:
         all_hooks.append(StepCounterHook(every_n_steps=log_step_count_steps, output_dir=events_dir))
     if summary_dir and (

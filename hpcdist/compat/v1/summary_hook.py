@@ -23,14 +23,8 @@ from hpcdist.compat.v1.session_run_hook import (
 )
 from hpcdist.compat.v1.step_timer import SecondOrStepTimer
 from hpcdist.compat.v1.variables import get_global_step
-
-try:
-    from hpcdist.nn.event_writer import EventWriter
-except ImportError as error:  # the optional extra is not installed
-    EventWriter = None
-    _MISSING: ImportError | None = error
-else:
-    _MISSING = None
+from hpcdist.nn import event_writer
+from hpcdist.nn.event_writer import EventWriter
 
 __all__ = ["SummarySaverHook", "check_event_writer", "fetch_tag", "open_event_writer"]
 
@@ -43,11 +37,8 @@ def check_event_writer(who: str, output_dir: str | None, summary_writer: Any) ->
     Raises:
         ImportError: ``output_dir`` without ``summary_writer``, and no `tensorboard` package.
     """
-    if summary_writer is None and output_dir and EventWriter is None:
-        raise ImportError(
-            f"{who}(output_dir={output_dir!r}) writes TensorBoard events with the 'tensorboard' "
-            f"package, which is not installed ({_MISSING}): pip install hpcdist[tensorboard]"
-        ) from _MISSING
+    if summary_writer is None and output_dir:
+        event_writer.require(f"{who}(output_dir={output_dir!r})")
 
 
 def open_event_writer(who: str, output_dir: str | None, summary_writer: Any) -> Any:
