@@ -41,7 +41,7 @@ def check_trace_format(doc: dict, ranks: int) -> list[dict]:
 
 def test_trace_of_a_two_rank_job_and_its_straggler(tmp_path) -> None:
     trace = tmp_path / "trace.json"
-    job = run_mpi(2, [JOB, "1", "0.02"], 120, clean_env(HPCDIST_TIMELINE=str(trace)))
+    job = run_mpi(2, [JOB, "1", "0.02", str(tmp_path)], 120, clean_env(HPCDIST_TIMELINE=str(trace)))
     assert job.returncode == 0, job.stdout + job.stderr
     events = check_trace_format(json.loads(trace.read_text()), 2)
     kinds = defaultdict(int)
@@ -52,6 +52,10 @@ def test_trace_of_a_two_rank_job_and_its_straggler(tmp_path) -> None:
         assert kinds[(rank, "collective", "grouped_allreduce")] == 20
         assert kinds[(rank, "collective", "broadcast")] >= 20
         assert kinds[(rank, "step", "strategy.run")] == 20
+        assert kinds[(rank, "checkpoint", "snapshot")] == 1
+        assert kinds[(rank, "checkpoint", "read and verify")] == 1
+    assert kinds[(0, "checkpoint", "write")] == 1  # the chief writes
+    assert kinds[(1, "checkpoint", "write")] == 0
     sample = next(e for e in events if e["name"] == "allreduce" and e["args"]["bytes"] == 1 << 18)
     assert sample["args"]["dtype"] == "float32"
     summary = summarize(load_trace(str(trace)))

@@ -1,7 +1,8 @@
 """A job recorded with HPCDIST_TIMELINE: collectives, steps, one rank late on purpose.
 
-argv: LATE_RANK SLEEP_S. Every rank runs 20 rounds of an all-reduce, a grouped all-reduce and
-a broadcast, and a ``strategy.run`` step; LATE_RANK sleeps SLEEP_S before each round.
+argv: LATE_RANK SLEEP_S [CHECKPOINT_DIR]. Every rank runs 20 rounds of an all-reduce, a grouped
+all-reduce and a broadcast, and a ``strategy.run`` step; LATE_RANK sleeps SLEEP_S before each
+round. With CHECKPOINT_DIR, a checkpoint is saved there and restored at the end.
 """
 
 import sys
@@ -21,4 +22,10 @@ for _ in range(20):
     comm.grouped_allreduce([np.ones(100, np.float64), np.ones(7, np.float64)])
     comm.broadcast(np.arange(10, dtype=np.int64), root=0)
     strategy.run(lambda: None)
+if len(sys.argv) > 3:
+    with strategy.scope():
+        v = strategy.Variable(np.arange(4, dtype=np.float32))
+    ckpt = hd.Checkpoint(v=v)
+    path = ckpt.save(sys.argv[3] + "/ckpt")
+    ckpt.restore(path)
 print(f"rank {comm.rank} done", flush=True)
