@@ -9,6 +9,7 @@ the optional extra ``pip install hpcdist[tensorboard]``; never TensorFlow).
 
 from __future__ import annotations
 
+import atexit
 import os
 from typing import Any
 
@@ -58,6 +59,7 @@ def open_event_writer(who: str, output_dir: str | None, summary_writer: Any) -> 
     writer = _WRITERS.get(key)
     if writer is None or writer.closed:
         writer = _WRITERS[key] = EventWriter(output_dir)
+        atexit.register(writer.close)  # shared by hooks: closed when the program ends
     return writer
 
 
