@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from hpcdist.core.autodiff import Tensor, as_tensor, record
+from hpcdist.core.math_ops import same_device
 from hpcdist.utils.xp import array_module
 
 __all__ = ["conv2d", "conv_output_size", "max_pool2d", "same_padding"]
@@ -122,7 +123,7 @@ def conv2d(x: Any, kernel: Any, strides: Any = 1, padding: str = "valid") -> Ten
     Raises:
         ValueError: Ranks or channel counts that do not fit, or a bad stride or padding.
     """
-    x, kernel = as_tensor(x), as_tensor(kernel)
+    x, kernel = same_device(as_tensor(x), as_tensor(kernel))
     padding = _check_padding(padding)
     strides = _pair(strides, "strides")
     if x.ndim != 4 or kernel.ndim != 4:
@@ -178,7 +179,7 @@ def max_pool2d(x: Any, pool_size: Any = 2, strides: Any = None, padding: str = "
     fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
     padded, out_hw, top_left = _padded(x.value, window, strides, padding, fill)
     cols = _windows(padded, window, strides, out_hw)
-    winner = cols.argmax(axis=3)
+    winner = xp.argmax(cols, axis=3)
     value = xp.take_along_axis(cols, winner[:, :, :, None, :], axis=3)[:, :, :, 0, :]
 
     def backward(g: Any) -> tuple[Any]:

@@ -76,7 +76,11 @@ def _weak(x: Any, other: Any) -> Any:
 
 def _binary(a: Any, b: Any) -> tuple[Tensor, Tensor]:
     a, b = _weak(a, b), _weak(b, a)
-    a, b = _tensor(a), _tensor(b)
+    return same_device(_tensor(a), _tensor(b))
+
+
+def same_device(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+    """``a`` and ``b`` with the host one moved to the device when numpy meets CuPy."""
     if type(a.value) is not type(b.value):  # numpy meets CuPy: compute on the device
         if is_device_array(a.value) and not is_device_array(b.value):
             b = Tensor(as_array_like(b.value, a.value), b.parents, b.backward, b.source)

@@ -433,6 +433,8 @@ for _name in (
     "argmax",
     "isfinite",
     "allclose",
+    "pad",
+    "take_along_axis",
 ):
     globals()[_name] = (lambda fn: lambda *args, **kwargs: _apply(fn, *args, **kwargs))(
         getattr(np, _name)
