@@ -9,6 +9,8 @@ subclass is registered by class name, so a saved model's config names its layers
 
 from __future__ import annotations
 
+import functools
+import inspect
 import re
 from collections.abc import Callable
 from typing import Any
@@ -84,6 +86,16 @@ def input_shapes(inputs: Any) -> Any:
 
 def _array_of(x: Any) -> Any:
     return x.value if isinstance(x, Tensor) else x
+
+
+@functools.cache
+def _takes_training(call: Callable[..., Any]) -> bool:
+    """Whether a ``call`` accepts ``training`` (Keras passes it only then)."""
+    try:
+        params = inspect.signature(call).parameters
+    except (TypeError, ValueError):
+        return True
+    return "training" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 class Layer:
@@ -239,7 +251,9 @@ class Layer:
             return symbolic_call(self, inputs, kwargs)
         inputs = self._convert_inputs(inputs)
         self._maybe_build(input_shapes(inputs))
-        return self.call(inputs, training=training, **kwargs)
+        if _takes_training(type(self).call):
+            kwargs["training"] = training
+        return self.call(inputs, **kwargs)
 
     # -- config --------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from hpcdist.nn import activations, initializers
 from hpcdist.nn.base_layer import Layer, float_input
 from hpcdist.nn.conv_layers import Conv2D, MaxPooling2D
 from hpcdist.nn.embedding import embedding_lookup
-from hpcdist.nn.input_layer import InputLayer
+from hpcdist.nn.input_layer import Input, InputLayer
 from hpcdist.nn.layer_config import (
     activation_config,
     config_value,
@@ -35,6 +35,7 @@ __all__ = [
     "Dropout",
     "Embedding",
     "Flatten",
+    "Input",
     "InputLayer",
     "Layer",
     "LayerNormalization",

@@ -430,3 +430,20 @@ def test_save_weights_and_load_weights(tmp_path):
     model.fit(np.ones((4, 3)), np.ones(4), epochs=1, verbose=0, callbacks=[ckpt])
     other.load_weights(ckpt.saved[0])
     np.testing.assert_array_equal(other.get_weights()[0], model.get_weights()[0])
+
+
+def test_training_is_passed_only_to_calls_that_take_it():
+    class Plain(hd.nn.layers.Layer):
+        def call(self, inputs):
+            return hd.nn.ops.multiply(inputs, 2.0)
+
+    class WithTraining(hd.nn.layers.Layer):
+        def call(self, inputs, training=None):
+            return hd.nn.ops.multiply(inputs, 3.0 if training else 1.0)
+
+    x = np.ones((2, 3), np.float32)
+    np.testing.assert_allclose(np.asarray(Plain()(x)), 2 * x)  # Keras: no `training` given
+    np.testing.assert_allclose(np.asarray(WithTraining()(x, training=True)), 3 * x)
+    inputs = hd.nn.layers.Input(shape=(3,))  # keras.layers.Input, as Keras has it
+    model = hd.nn.Model(inputs, Plain()(inputs))
+    np.testing.assert_allclose(model.predict(x, verbose=0), 2 * x)
