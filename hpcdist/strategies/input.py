@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hpcdist.comm.reduce_op import ReduceOp
+from hpcdist.data.dataset_options import auto_shard_policy_of
 from hpcdist.data.nest import flatten, map_structure
 from hpcdist.data.options import AutoShardPolicy, InputContext, InputOptions
 from hpcdist.strategies.values import PerReplica
@@ -140,8 +141,9 @@ class DistributedDataset:
     keeps its replicas' rows: global batch rows are split in balanced pieces over
     ``num_replicas_in_sync`` replicas in replica-id order (7 rows over 3 replicas: 3, 2, 2). A
     short last batch leaves some replicas with empty batches. With
-    ``InputOptions(auto_shard_policy=AutoShardPolicy.OFF)`` every worker keeps whole batches and
-    splits them over its local replicas only.
+    ``InputOptions(auto_shard_policy=AutoShardPolicy.OFF)`` (or a dataset carrying
+    ``hd.data.Options`` with that policy, ``dataset.with_options(options)``, as in TF) every worker
+    keeps whole batches and splits them over its local replicas only.
     """
 
     def __init__(self, strategy: Strategy, dataset: Any, options: Any = None) -> None:
@@ -149,7 +151,7 @@ class DistributedDataset:
             raise TypeError(f"options must be hd.data.InputOptions, got {type(options).__name__}")
         self._strategy = strategy
         self._dataset = dataset
-        self._options = options or InputOptions()
+        self._options = options or InputOptions(auto_shard_policy=auto_shard_policy_of(dataset))
         self._shard_across_workers = self._options.auto_shard_policy is not AutoShardPolicy.OFF
 
     def _split(self, element: Any) -> list[Any]:

@@ -88,3 +88,19 @@ def test_cache_then_shuffle_reshuffles_each_epoch():
     ds = Dataset.from_tensor_slices(np.arange(20)).cache().shuffle(20, seed=3)
     first, second = [int(x) for x in ds], [int(x) for x in ds]
     assert sorted(first) == sorted(second) == list(range(20)) and first != second
+
+
+def test_the_policy_a_dataset_carries_reaches_distribution():
+    strategy = hd.MultiWorkerMirroredStrategy()
+    x = np.arange(16, dtype=np.float32).reshape(8, 2)
+    dataset = hd.data.Dataset.from_tensor_slices(x).batch(4)
+    options = hd.data.Options()
+    options.experimental_distribute.auto_shard_policy = hd.data.AutoShardPolicy.OFF
+    off = strategy.experimental_distribute_dataset(dataset.with_options(options))
+    assert off._shard_across_workers is False
+    assert strategy.experimental_distribute_dataset(dataset)._shard_across_workers is True
+    # explicit InputOptions still win, as in TF
+    forced = strategy.experimental_distribute_dataset(
+        dataset.with_options(options), hd.data.InputOptions()
+    )
+    assert forced._shard_across_workers is True
