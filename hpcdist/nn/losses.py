@@ -127,15 +127,21 @@ class MeanSquaredError(Loss):
 
 
 class BinaryCrossentropy(Loss):
-    """Cross-entropy of 0/1 targets; ``from_logits`` takes scores instead of probabilities."""
+    """Cross-entropy of 0/1 targets; ``from_logits`` takes scores instead of probabilities.
 
-    def __init__(self, from_logits: bool = False, **kwargs: Any) -> None:
+    ``label_smoothing`` moves targets towards 0.5: ``y * (1 - s) + 0.5 * s`` (Keras).
+    """
+
+    def __init__(self, from_logits: bool = False, label_smoothing: float = 0.0, **kwargs: Any):
         super().__init__(**kwargs)
         self.from_logits = from_logits
+        self.label_smoothing = float(label_smoothing)
 
     def per_example(self, y_true: np.ndarray, y_pred: Tensor) -> Tensor:
         """Mean over the last axis of the element-wise cross-entropy."""
         y = _same_rank(y_true, y_pred, self.name)
+        if self.label_smoothing:
+            y = y * (1.0 - self.label_smoothing) + 0.5 * self.label_smoothing
         logits = None if self.from_logits else logits_of(y_pred)
         if logits is not None:  # a sigmoid's output: compute from its input (Keras)
             y_pred = logits
@@ -153,11 +159,16 @@ class BinaryCrossentropy(Loss):
 
 
 class CategoricalCrossentropy(Loss):
-    """Cross-entropy of one-hot targets over the last axis."""
+    """Cross-entropy of one-hot targets over the last axis.
 
-    def __init__(self, from_logits: bool = False, **kwargs: Any) -> None:
+    ``label_smoothing`` spreads part of each target over the classes:
+    ``y * (1 - s) + s / classes`` (Keras).
+    """
+
+    def __init__(self, from_logits: bool = False, label_smoothing: float = 0.0, **kwargs: Any):
         super().__init__(**kwargs)
         self.from_logits = from_logits
+        self.label_smoothing = float(label_smoothing)
 
     def _log_probs(self, y_pred: Tensor) -> Tensor:
         logits = None if self.from_logits else logits_of(y_pred)
@@ -168,15 +179,20 @@ class CategoricalCrossentropy(Loss):
 
     def per_example(self, y_true: np.ndarray, y_pred: Tensor) -> Tensor:
         """``-sum(y_true * log p)``."""
-        return ops.negative(
-            ops.reduce_sum(
-                ops.multiply(self._log_probs(y_pred), y_true.astype(y_pred.dtype)), axis=-1
-            )
-        )
+        y = y_true.astype(y_pred.dtype)
+        if self.label_smoothing:
+            s = self.label_smoothing
+            y = y * (1.0 - s) + s / y_pred.shape[-1]
+        return ops.negative(ops.reduce_sum(ops.multiply(self._log_probs(y_pred), y), axis=-1))
 
 
 class SparseCategoricalCrossentropy(CategoricalCrossentropy):
-    """Cross-entropy of integer class targets."""
+    """Cross-entropy of integer class targets (no label smoothing, as in Keras)."""
+
+    def __init__(self, from_logits: bool = False, **kwargs: Any) -> None:
+        Loss.__init__(self, **kwargs)  # reduction and name only: no label_smoothing
+        self.from_logits = from_logits
+        self.label_smoothing = 0.0
 
     def per_example(self, y_true: np.ndarray, y_pred: Tensor) -> Tensor:
         """``-log p[label]``.

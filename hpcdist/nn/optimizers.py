@@ -18,6 +18,7 @@ from hpcdist.comm.reduce_op import ReduceOp
 from hpcdist.core import context
 from hpcdist.core.autodiff import GradientTape, IndexedSlices, Tensor
 from hpcdist.core.variables import Variable, variable_key
+from hpcdist.nn.clipping import check_clip_options, clip_gradients
 from hpcdist.nn.scalars import ScalarValue
 from hpcdist.strategies.values import PerReplica
 from hpcdist.utils.xp import array_module, as_array
@@ -93,9 +94,24 @@ class Optimizer:
     Args:
         learning_rate: A float or a `LearningRateSchedule` of the iteration count.
         name: Name.
+        clipnorm: Clip each gradient to this L2 norm (after the sum over replicas).
+        clipvalue: Clip each gradient element to ``[-clipvalue, clipvalue]``.
+        global_clipnorm: Clip all gradients together to this global L2 norm.
+
+    Raises:
+        ValueError: More than one clipping option.
     """
 
-    def __init__(self, learning_rate: float | LearningRateSchedule = 0.01, name: str | None = None):
+    def __init__(
+        self,
+        learning_rate: float | LearningRateSchedule = 0.01,
+        name: str | None = None,
+        clipnorm: float | None = None,
+        clipvalue: float | None = None,
+        global_clipnorm: float | None = None,
+    ):
+        check_clip_options(clipnorm, clipvalue, global_clipnorm)
+        self.clipnorm, self.clipvalue, self.global_clipnorm = clipnorm, clipvalue, global_clipnorm
         self._learning_rate = learning_rate
         self.name = name or type(self).__name__
         self._slots: dict[tuple[Any, str], Any] = {}
@@ -206,6 +222,7 @@ class Optimizer:
 
     def _apply(self, pairs: list[tuple[Any, Any]]) -> None:
         self._build([v for _, v in pairs])
+        pairs = clip_gradients(pairs, self.clipnorm, self.clipvalue, self.global_clipnorm)
         lr = float(self.learning_rate)
         step = int(self.iterations.numpy()) + 1
         for grad, var in pairs:
@@ -325,13 +342,15 @@ class Adam(Optimizer):
         beta_1: float = 0.9,
         beta_2: float = 0.999,
         epsilon: float = 1e-7,
+        amsgrad: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(learning_rate, **kwargs)
         self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
+        self.amsgrad = bool(amsgrad)
 
     def _slot_names(self) -> tuple[str, ...]:
-        return ("m", "v")
+        return ("m", "v", "vhat") if self.amsgrad else ("m", "v")
 
     def _update(self, grad: np.ndarray, var: Any, lr: float, step: int) -> np.ndarray:
         m, v = self.slot(var, "m"), self.slot(var, "v")
@@ -343,6 +362,10 @@ class Adam(Optimizer):
         m.assign(new_m, read_value=False)
         v.assign(new_v, read_value=False)
         alpha = lr * np.sqrt(1 - self.beta_2**step) / (1 - self.beta_1**step)
+        if self.amsgrad:  # the largest v so far (Keras' velocity_hat)
+            vhat = self.slot(var, "vhat")
+            new_v = array_module(new_v).maximum(_read(vhat), new_v)
+            vhat.assign(new_v, read_value=False)
         return -alpha * new_m / (array_module(new_v).sqrt(new_v) + self.epsilon)
 
 
