@@ -192,7 +192,6 @@ class SparseCategoricalCrossentropy(CategoricalCrossentropy):
     def __init__(self, from_logits: bool = False, **kwargs: Any) -> None:
         Loss.__init__(self, **kwargs)  # reduction and name only: no label_smoothing
         self.from_logits = from_logits
-        self.label_smoothing = 0.0
 
     def per_example(self, y_true: np.ndarray, y_pred: Tensor) -> Tensor:
         """``-log p[label]``.

@@ -7,6 +7,8 @@ directory and prints its final figures; the thresholds are margins under the mea
 import re
 import sys
 
+import numpy as np
+
 from tests.helpers import ROOT, clean_env, run_mpi
 
 TUTORIALS = ROOT / "examples" / "tutorials"
@@ -53,11 +55,13 @@ def test_to_tensorflow_undoes_only_the_marked_edits(tmp_path):
 
 def test_distributed_keras(tmp_path):
     out = run_tutorial("distributed_keras.py", 1, tmp_path)
-    # Measured 0.887 (TF 2.21: 0.871); the saved model reloads with the same figures.
-    # Unseeded, as the tutorial: 0.56-0.93 over 6 runs here (chance is 0.1).
-    assert figure(out, "final accuracy") >= 0.4, out
+    # Unseeded, as the tutorial (its shuffle and initial weights change between runs): accuracy
+    # 0.18-0.93 over 9 runs here, evaluation loss 1.57-2.18. What every run shows: the model
+    # learned (its loss is below log(10), that of a uniform guess over the 10 classes), and the
+    # saved model reloads with the same figures.
     evals = re.findall(r"Eval loss: ([0-9.]+), Eval [Aa]ccuracy: ([0-9.]+)", out)
     assert len(evals) == 3 and len(set(evals)) == 1, evals
+    assert float(evals[0][0]) < np.log(10), evals
     assert (tmp_path / "my_model.keras").exists()
     assert (tmp_path / "training_checkpoints" / "ckpt_12.weights.h5").exists()
 

@@ -70,3 +70,21 @@ def test_label_smoothing_matches_keras() -> None:
     np.testing.assert_allclose(float(np.asarray(cce(ct, cl))), REF["cce_ls_logits"], rtol=1e-5)
     with pytest.raises(TypeError):
         hd.nn.losses.SparseCategoricalCrossentropy(label_smoothing=0.1)  # as Keras: no option
+
+
+def test_a_model_compiled_with_each_loss_saves_and_loads(tmp_path) -> None:
+    for loss in (
+        hd.nn.losses.SparseCategoricalCrossentropy(from_logits=True),
+        hd.nn.losses.CategoricalCrossentropy(label_smoothing=0.1),
+        hd.nn.losses.BinaryCrossentropy(label_smoothing=0.2),
+    ):
+        model = hd.nn.Sequential([hd.nn.layers.Dense(3, input_shape=(2,))])
+        model.compile(hd.nn.optimizers.Adam(0.01, amsgrad=True, clipnorm=1.0), loss)
+        model.predict(np.ones((1, 2), np.float32), verbose=0)
+        path = str(tmp_path / f"{type(loss).__name__}.h5")
+        model.save(path)
+        again = hd.nn.models.load_model(path)
+        assert type(again.loss) is type(loss)
+        smoothing = getattr(loss, "label_smoothing", 0.0)
+        assert getattr(again.loss, "label_smoothing", 0.0) == smoothing
+        assert again.optimizer.amsgrad and again.optimizer.clipnorm == 1.0
