@@ -5,16 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from hpcdist.core import conv_ops
-from hpcdist.core import math_ops as ops
 from hpcdist.core.autodiff import Tensor
-from hpcdist.nn import activations
 from hpcdist.nn.base_layer import Layer, float_input
-from hpcdist.nn.layer_config import (
-    activation_config,
-    config_value,
-    regularizer_config,
-    regularizer_from_config,
-)
+from hpcdist.nn.kernel_bias import KernelBiasLayer
 
 __all__ = ["Conv2D", "MaxPooling2D"]
 
@@ -46,7 +39,7 @@ def _padding(padding: str) -> str:
     return padding
 
 
-class Conv2D(Layer):
+class Conv2D(KernelBiasLayer):
     """``activation(conv2d(inputs, kernel) + bias)`` on ``(batch, height, width, channels)``.
 
     Args:
@@ -90,11 +83,14 @@ class Conv2D(Layer):
         self.kernel_size = _pair(kernel_size, "kernel_size")
         self.strides = _pair(strides, "strides")
         self.padding = _padding(padding)
-        self.activation = activations.get(activation)
-        self.use_bias = use_bias
-        self.kernel_initializer, self.bias_initializer = kernel_initializer, bias_initializer
-        self.kernel_regularizer = regularizer_from_config(kernel_regularizer)
-        self.bias_regularizer = regularizer_from_config(bias_regularizer)
+        self._init_kernel_bias(
+            activation,
+            use_bias,
+            kernel_initializer,
+            bias_initializer,
+            kernel_regularizer,
+            bias_regularizer,
+        )
 
     def build(self, input_shape: tuple[int, ...]) -> None:
         """Kernel ``(kh, kw, channels, filters)`` and bias ``(filters,)``.
@@ -107,43 +103,26 @@ class Conv2D(Layer):
                 f"{self.name}: Conv2D expects inputs of rank 4 (batch, height, width, "
                 f"channels), got shape {tuple(input_shape)}"
             )
-        self.kernel = self.add_weight(
-            "kernel",
-            (*self.kernel_size, int(input_shape[-1]), self.filters),
-            self.kernel_initializer,
-            self.kernel_regularizer,
+        self._build_kernel_bias(
+            (*self.kernel_size, int(input_shape[-1]), self.filters), self.filters
         )
-        self.bias = (
-            self.add_weight("bias", (self.filters,), self.bias_initializer, self.bias_regularizer)
-            if self.use_bias
-            else None
-        )
-        self.built = True
 
     def call(self, inputs: Any, training: bool | None = None) -> Tensor:
         """Convolution, bias, activation."""
         out = conv_ops.conv2d(
             float_input(inputs, self.dtype), self.kernel, self.strides, self.padding
         )
-        if self.bias is not None:
-            out = ops.add(out, self.bias)
-        return self.activation(out)
+        return self._bias_and_activation(out)
 
     def get_config(self) -> dict[str, Any]:
         """Constructor arguments (JSON-able)."""
-        n = self.name
         return {
             **super().get_config(),
             "filters": self.filters,
             "kernel_size": list(self.kernel_size),
             "strides": list(self.strides),
             "padding": self.padding,
-            "activation": activation_config(n, self.activation),
-            "use_bias": self.use_bias,
-            "kernel_initializer": config_value(n, "initializer", self.kernel_initializer),
-            "bias_initializer": config_value(n, "initializer", self.bias_initializer),
-            "kernel_regularizer": regularizer_config(n, self.kernel_regularizer),
-            "bias_regularizer": regularizer_config(n, self.bias_regularizer),
+            **self._kernel_bias_config(),
         }
 
 

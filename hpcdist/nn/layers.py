@@ -19,6 +19,7 @@ from hpcdist.nn.base_layer import Layer, float_input
 from hpcdist.nn.conv_layers import Conv2D, MaxPooling2D
 from hpcdist.nn.embedding import embedding_lookup
 from hpcdist.nn.input_layer import Input, InputLayer
+from hpcdist.nn.kernel_bias import KernelBiasLayer
 from hpcdist.nn.layer_config import (
     activation_config,
     config_value,
@@ -48,7 +49,7 @@ __all__ = [
 get_activation = activations.get
 
 
-class Dense(Layer):
+class Dense(KernelBiasLayer):
     """``activation(inputs @ kernel + bias)``.
 
     Args:
@@ -77,47 +78,27 @@ class Dense(Layer):
         if int(units) <= 0:
             raise ValueError(f"Dense units must be positive, got {units}")
         self.units = int(units)
-        self.activation = get_activation(activation)
-        self.use_bias = use_bias
-        self.kernel_initializer, self.bias_initializer = kernel_initializer, bias_initializer
-        self.kernel_regularizer = regularizer_from_config(kernel_regularizer)
-        self.bias_regularizer = regularizer_from_config(bias_regularizer)
+        self._init_kernel_bias(
+            activation,
+            use_bias,
+            kernel_initializer,
+            bias_initializer,
+            kernel_regularizer,
+            bias_regularizer,
+        )
 
     def get_config(self) -> dict[str, Any]:
         """Constructor arguments (JSON-able)."""
-        n = self.name
-        return {
-            **super().get_config(),
-            "units": self.units,
-            "activation": activation_config(n, self.activation),
-            "use_bias": self.use_bias,
-            "kernel_initializer": config_value(n, "initializer", self.kernel_initializer),
-            "bias_initializer": config_value(n, "initializer", self.bias_initializer),
-            "kernel_regularizer": regularizer_config(n, self.kernel_regularizer),
-            "bias_regularizer": regularizer_config(n, self.bias_regularizer),
-        }
+        return {**super().get_config(), "units": self.units, **self._kernel_bias_config()}
 
     def build(self, input_shape: tuple[int, ...]) -> None:
         """Kernel ``(features, units)`` and bias ``(units,)``."""
-        self.kernel = self.add_weight(
-            "kernel",
-            (input_shape[-1], self.units),
-            self.kernel_initializer,
-            self.kernel_regularizer,
-        )
-        self.bias = (
-            self.add_weight("bias", (self.units,), self.bias_initializer, self.bias_regularizer)
-            if self.use_bias
-            else None
-        )
-        self.built = True
+        self._build_kernel_bias((input_shape[-1], self.units), self.units)
 
     def call(self, inputs: Any, training: bool | None = None) -> Tensor:
         """Affine map then activation."""
         out = ops.matmul(float_input(inputs, self.dtype), self.kernel)
-        if self.bias is not None:
-            out = ops.add(out, self.bias)
-        return self.activation(out)
+        return self._bias_and_activation(out)
 
 
 class Embedding(Layer):
