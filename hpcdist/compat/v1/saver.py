@@ -21,7 +21,6 @@ state file alone (so `latest_checkpoint` does not return it); restore it by its 
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable
 from typing import Any
@@ -32,7 +31,8 @@ import numpy as np
 from hpcdist.checkpoint.checkpoint import Checkpoint
 from hpcdist.checkpoint.collective import local_checkpoints
 from hpcdist.checkpoint.format import CheckpointCorruptError, CheckpointMismatchError
-from hpcdist.checkpoint.manager import STATE_FILE, CheckpointManager
+from hpcdist.checkpoint.manager import CheckpointManager
+from hpcdist.checkpoint.state import STATE_FILE, read_state
 from hpcdist.compat.v1.graph import Graph, GraphKeys, get_default_graph
 
 __all__ = [
@@ -359,22 +359,15 @@ def get_checkpoint_state(
         checkpoint_dir: The directory.
         latest_filename: The state file's name (default ``checkpoint``).
     """
-    state_path = os.path.join(checkpoint_dir, latest_filename or STATE_FILE)
     try:
-        with open(state_path) as f:
-            state = json.load(f)
-        entries = [
-            (os.path.join(checkpoint_dir, e["file"]), float(e["time"]))
-            for e in state.get("checkpoints", [])
-        ]
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        state = read_state(checkpoint_dir, latest_filename or STATE_FILE)
+    except ValueError as exc:  # the file exists but is not the JSON the managers write
         raise CheckpointCorruptError(
-            f"checkpoint state file {state_path!r} is unreadable: expected the JSON written by "
-            f"CheckpointManager, got {type(exc).__name__}: {exc}"
+            f"{exc}: expected the JSON written by CheckpointManager"
         ) from None
-    entries = [(p, t) for p, t in entries if os.path.exists(p)]
+    if state is None:
+        return None
+    entries = [(p, t) for p, t in state["checkpoints"] if os.path.exists(p)]
     if not entries:
         return None
     return CheckpointState([_prefix(p) for p, _ in entries], [t for _, t in entries])
