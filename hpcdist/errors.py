@@ -15,6 +15,7 @@ __all__ = [
     "FailedPreconditionError",
     "HpcdistError",
     "InvalidArgumentError",
+    "NotFoundError",
     "OutOfRangeError",
     "UnavailableError",
     "WorkerPreemptedError",
@@ -68,8 +69,12 @@ class WorkerPreemptedError(HpcdistError):
     """The worker running a scheduled function was preempted; the function is retried."""
 
 
-class ClusterConfigError(HpcdistError, ValueError):
-    """The cluster description (Slurm variables, `TF_CONFIG`, a hostlist, jobs) is invalid."""
+class ClusterConfigError(HpcdistError, ValueError, RuntimeError):
+    """The cluster description (Slurm variables, `TF_CONFIG`, a hostlist, jobs) is invalid.
+
+    A `ValueError`, as TF's `TF_CONFIG` and ClusterSpec checks raise, and a `RuntimeError`, as
+    TF's ``SlurmClusterResolver`` raises: a ported ``except`` of either catches it.
+    """
 
 
 class AbortedError(HpcdistError):
@@ -85,3 +90,7 @@ class FailedPreconditionError(HpcdistError):
 
 class InvalidArgumentError(HpcdistError, ValueError):
     """An argument is invalid (TF's ``InvalidArgumentError``)."""
+
+
+class NotFoundError(HpcdistError, FileNotFoundError):
+    """A file or checkpoint that was asked for does not exist (TF's ``NotFoundError``)."""

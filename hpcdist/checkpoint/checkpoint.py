@@ -284,7 +284,7 @@ class Checkpoint:
             match = match_values(path, arrays, collect(self._roots()), with_counter)
             for obj, state in match.states:
                 previous = {k: np.array(v) for k, v in obj.checkpoint_state().items()}
-                obj.restore_state(state)
+                obj.restore_state({k: _owned(v) for k, v in state.items()})
                 restored.append((obj, previous))
         except Exception as exc:
             error = exc
@@ -296,8 +296,13 @@ class Checkpoint:
         with timeline.span("checkpoint", "assign"):
             for var, value in match.assignments:
                 var.assign(value, read_value=False)
-        deferred = _Deferred(
-            path, {p: arrays[p] for p in match.unused if p != "save_counter" and "/state/" not in p}
+        deferred = _Deferred(  # kept past this call: copies, not views of the mapped file
+            path,
+            {
+                p: _owned(arrays[p])
+                for p in match.unused
+                if p != "save_counter" and "/state/" not in p
+            },
         )
         self._deferred = deferred
         if deferred.values:
@@ -419,6 +424,13 @@ def _roll_back(restored: list[tuple[Any, dict[str, Any]]]) -> None:
             obj.restore_state(previous)
         except Exception as exc:  # e.g. an iterator cannot rewind: say so, keep the first error
             get_logger().warning("could not roll back %s after a failed restore: %s", obj, exc)
+
+
+def _owned(value: Any) -> Any:
+    """``value``, or a copy of it when it is a read-only view (of a mapped checkpoint file)."""
+    if isinstance(value, np.ndarray) and not value.flags.writeable:
+        return np.array(value)
+    return value
 
 
 def _host_copy(value: Any) -> np.ndarray:

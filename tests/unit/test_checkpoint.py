@@ -342,7 +342,7 @@ def test_a_future_format_version_is_rejected(tmp_path):
     with h5py.File(path, "r+") as f:
         f.attrs["version"] = 99
     with pytest.raises(
-        CheckpointMismatchError, match=r"future\.h5' has format version 99.*up to 1"
+        CheckpointMismatchError, match=r"future\.h5' has format version 99.*up to 2"
     ):
         Checkpoint(v=v).read(path)
     # Not "damaged": the manager raises rather than skipping it for an older checkpoint.

@@ -6,6 +6,7 @@ from hpcdist.errors import (
     DeadlineExceededError,
     FailedPreconditionError,
     InvalidArgumentError,
+    NotFoundError,
     OutOfRangeError,
     UnavailableError,
 )
@@ -16,6 +17,7 @@ __all__ = [
     "DeadlineExceededError",
     "FailedPreconditionError",
     "InvalidArgumentError",
+    "NotFoundError",
     "OutOfRangeError",
     "UnavailableError",
 ]
