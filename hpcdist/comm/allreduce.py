@@ -252,17 +252,28 @@ class AllReduce:
         try:
             op = _OPS.get(op) or ReduceOp.parse(op)
             # GPU arrays stay on the GPU (packed there, carried by NCCL) when all can.
-            paths = [self.backends.device_path(x, opts.implementation, allreduce=True) for x in xs]
-            path = paths[0][0] if xs and all(p == paths[0][0] for p, _ in paths) else None
-            nccl_error = next((e for _, e in paths if e), None)
-            if path is not None:
-                hosts = [(x, same) for x in xs]
+            if all(type(x) is np.ndarray for x in xs):  # nothing to stage or convert back
+                for dtype in {x.dtype for x in xs}:
+                    check_numeric(dtype)
+                path, nccl_error, hosts = None, None, [(x, same) for x in xs]
             else:
-                hosts = [to_host(x) for x in xs]
-                nccl_error = None
+                paths = [self.backends.device_path(x, opts.implementation, True) for x in xs]
+                path = paths[0][0] if all(p == paths[0][0] for p, _ in paths) else None
+                nccl_error = next((e for _, e in paths if e), None)
+                if path is not None:
+                    hosts = [(x, same) for x in xs]
+                else:
+                    hosts = [to_host(x) for x in xs]
+                    nccl_error = None
             arrays = [a for a, _ in hosts]
-            plan = fusion.plan_packs(arrays, opts.bytes_per_pack)
-            layout = hash(tuple((dtype_code(a.dtype), a.shape) for a in arrays)) & 0x3FFFFFFF
+            whole = None
+            if path is None:
+                whole = functools.partial(
+                    self.backends.gathers, impl=opts.implementation, compression=opts.compression
+                )
+            plan = fusion.plan_packs(arrays, opts.bytes_per_pack, whole)
+            codes = {d: dtype_code(d) for d in {a.dtype for a in arrays}}
+            layout = hash(tuple((codes[a.dtype], a.shape) for a in arrays)) & 0x3FFFFFFF
         except Exception as exc:
             # Agreed at the first pack of the other ranks: every rank raises here.
             deadline = env.begin(KINDS["grouped_allreduce"], opts.timeout)
@@ -300,8 +311,10 @@ class AllReduce:
     ) -> Any:
         """Pack ``members`` and all-reduce the pack (inside the pack's guard)."""
         if path is None:  # a reused buffer: no page faults (results are views of it)
-            total = sum(m.size for m in members)
-            packed = fusion.pack(members, self._outputs.take(total, members[0].dtype))
+            out = self._outputs.take(sum(m.size for m in members), members[0].dtype)
+            if self.backends.gathers(out.dtype, out.nbytes, opts.implementation, opts.compression):
+                return self._gather(members, out, op, deadline, kind, layout)
+            packed = fusion.pack(members, out)
         else:
             packed = fusion.pack(members)
         header = Header(deadline.seq, kind, op.code, dtype_code(packed.dtype), packed.shape, layout)
@@ -310,6 +323,29 @@ class AllReduce:
             error = device_reduce_error(packed.dtype, op)
         self.env.reject(error, nccl_error)
         return self.reduce(packed, packed, None, op, opts, header, deadline, True, path)
+
+    def _gather(
+        self,
+        members: list[np.ndarray],
+        out: np.ndarray,
+        op: ReduceOp,
+        deadline: Deadline,
+        kind: int,
+        layout: int,
+    ) -> np.ndarray:
+        """Reduce ``members`` through the shared-memory segment into ``out`` (no pack copy)."""
+        env = self.env
+        header = Header(deadline.seq, kind, op.code, dtype_code(out.dtype), out.shape, layout)
+        env.reject(check_reducible(out.dtype, op))
+        if env.checks:
+            checked: Header | None = env.fused(header, deadline)
+        else:
+            env.check(header, deadline)
+            checked = None
+        self._shm.allreduce_gather(members, out, _SUM if op is _MEAN else op, checked, deadline)
+        if op is _MEAN:
+            mean_from_sum(out, self.size)
+        return out
 
 
 def _raise(exc: BaseException) -> None:

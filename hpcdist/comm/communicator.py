@@ -211,7 +211,8 @@ class Communicator:
         """All-reduce a list of arrays in few fused operations (tensor fusion).
 
         Arrays are packed by dtype into buckets of about ``bytes_per_pack`` bytes (TF's rule),
-        one all-reduce per bucket.
+        one all-reduce per bucket. On one node through shared memory a dtype's arrays are one
+        bucket, copied straight into the segment (`hpcdist.comm.fusion`).
 
         Returns:
             The reduced arrays, in order.

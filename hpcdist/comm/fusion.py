@@ -4,11 +4,18 @@ The packing rule is TensorFlow's (``group_by_size``): walk the tensors in order 
 pack once the current pack holds more than ``bytes_per_pack`` bytes, so packs err on the side of
 few and large. Tensors of different dtypes never share a pack (their order within a dtype is
 kept). ``bytes_per_pack=0`` puts all tensors of a dtype in one pack.
+
+On one node, packs that the shared-memory backend reduces as they are skip the pack buffer:
+`hpcdist.comm.shm_backend.ShmBackend.allreduce_gather` copies the tensors straight into the
+segment, chunk by chunk, and reduces each chunk into the results. There, a dtype's tensors
+form one pack whatever ``bytes_per_pack`` says (`plan_packs` with ``whole``): the segment's
+chunks already bound what moves per barrier, and each extra pack costs a header check and a
+result buffer without moving data any sooner.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -42,8 +49,18 @@ def group_by_size(sizes: Sequence[int], bytes_per_pack: int) -> list[list[int]]:
     return packs
 
 
-def plan_packs(arrays: Sequence[np.ndarray], bytes_per_pack: int) -> list[list[int]]:
+def plan_packs(
+    arrays: Sequence[np.ndarray],
+    bytes_per_pack: int,
+    whole: Callable[[np.dtype, int], bool] | None = None,
+) -> list[list[int]]:
     """Group arrays by dtype (first-seen order), then by size within each dtype.
+
+    Args:
+        arrays: The arrays, in order.
+        bytes_per_pack: TF's threshold (`group_by_size`); 0 means one pack per dtype.
+        whole: Called with a dtype and the bytes of its arrays; True keeps them in one pack
+            (a backend that streams a pack in its own chunks gains nothing from smaller ones).
 
     Returns:
         Lists of indices into ``arrays``; each list shares one dtype.
@@ -52,7 +69,12 @@ def plan_packs(arrays: Sequence[np.ndarray], bytes_per_pack: int) -> list[list[i
     for i, a in enumerate(arrays):
         by_dtype.setdefault(a.dtype, []).append(i)
     plan = []
-    for indices in by_dtype.values():
+    for dtype, indices in by_dtype.items():
+        if bytes_per_pack == 0 or (
+            whole is not None and whole(dtype, sum(arrays[i].nbytes for i in indices))
+        ):
+            plan.append(indices)
+            continue
         groups = group_by_size([arrays[i].nbytes for i in indices], bytes_per_pack)
         plan.extend([indices[j] for j in group] for group in groups)
     return plan
@@ -74,6 +96,8 @@ def unpack(buffer: np.ndarray, like: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Split a packed buffer into arrays shaped like ``like`` (views of ``buffer``)."""
     out, offset = [], 0
     for a in like:
-        out.append(buffer[offset : offset + a.size].reshape(a.shape))
-        offset += a.size
+        size = a.size
+        part = buffer[offset : offset + size]
+        out.append(part if a.ndim == 1 else part.reshape(a.shape))
+        offset += size
     return out

@@ -48,6 +48,7 @@ class CommunicationOptions:
     Args:
         bytes_per_pack: Fusion bucket size of `grouped_allreduce` (TF's packing rule); 0 puts
             all tensors of one dtype in a single pack. None uses ``HPCDIST_BYTES_PER_PACK``.
+            On one node through shared memory a dtype is always one pack (`hpcdist.comm.fusion`).
         timeout_seconds: Deadline of each collective; None uses ``HPCDIST_TIMEOUT_SECONDS``
             (which defaults to no deadline). Exceeding it raises
             `hpcdist.errors.DeadlineExceededError`.

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from mpi4py import MPI
 
 from hpcdist.cluster.topology import NodeLayout
@@ -87,6 +88,28 @@ class Backends:
         if impl is CommunicationImplementation.SHM or nbytes >= self.settings.shm_min_bytes:
             return self.local
         return self.mpi
+
+    def gathers(
+        self,
+        dtype: np.dtype,
+        nbytes: int,
+        impl: CommunicationImplementation,
+        compression: str | None,
+    ) -> bool:
+        """Whether a pack of ``nbytes`` of ``dtype`` is gathered straight into the shared segment.
+
+        True on one node of several ranks when the pack goes to the shared-memory backend
+        uncompressed and that backend reduces ``dtype`` as it is: tensor fusion then skips the
+        pack buffer (`ShmBackend.allreduce_gather`) and packs a dtype's tensors together.
+        """
+        return (
+            self.num_nodes == 1
+            and self.shm.n > 1
+            and compression is None
+            and dtype.isnative
+            and dtype.char in self.shm.dtypes
+            and self.for_allreduce(nbytes, impl) is self.shm
+        )
 
     def for_host(self, collective: str) -> Backend:
         """The host backend of a collective other than all-reduce.

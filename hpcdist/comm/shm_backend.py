@@ -20,6 +20,11 @@ chunk into the result buffer and every rank copies the whole reduced chunk out a
 barrier. The chunks stay in cache, so main memory sees each input once and each output once,
 against several copies through MPI's eager and rendezvous buffers.
 
+Tensor fusion (`ShmBackend.allreduce_gather`) runs the chunked pipeline on the concatenation of
+many arrays without packing them first: a rank copies into its slot only the slices of a chunk
+that other ranks reduce, reduces its own slice from its arrays directly into the result, and
+publishes that slice for the others to copy after the next barrier.
+
 The header check rides on the first barrier: each rank writes its header's fingerprint next to
 its data and, after the barrier, compares all fingerprints. On a mismatch, which every rank sees,
 the ranks spend one more phase exchanging their full headers, then all raise the same error; the
@@ -28,7 +33,8 @@ phase counters stay in step, so the communicator remains usable.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import bisect
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -278,6 +284,93 @@ class ShmBackend(DelegatingBackend):
         if pending is not None:
             self._copy_out(dst, *pending)
 
+    def allreduce_gather(
+        self,
+        members: Sequence[np.ndarray],
+        dst: np.ndarray,
+        op: ReduceOp,
+        header: Header | None,
+        deadline: Deadline,
+    ) -> None:
+        """Reduce the concatenation of ``members`` into the flat ``dst``, without packing first.
+
+        Tensor fusion through the segment: the members are copied straight into this rank's
+        slot, chunk by chunk, and reduced straight into ``dst`` (which the caller hands out as
+        views), so no pack buffer is filled first (see `_owned`).
+
+        Args:
+            members: Arrays of ``dst``'s dtype (any shape; read in C order).
+            dst: Contiguous 1-D result, as many elements as the members together.
+            op: The reduction (not MEAN).
+            header: Compared in the first barrier when not None.
+            deadline: Bounds every wait.
+        """
+        count = dst.size
+        if self.n == 1 or count == 0:
+            self.barrier(header, deadline)
+            if count:
+                _Members(members).copy(dst, 0, count)
+        else:
+            self._owned(_Members(members), dst, op, header, deadline)
+
+    def _owned(
+        self,
+        members: _Members,
+        dst: np.ndarray,
+        op: ReduceOp,
+        header: Header | None,
+        deadline: Deadline,
+    ) -> None:
+        """The split pipeline, where a rank reads its own slice from the members themselves.
+
+        Rank ``i`` owns slice ``i`` of every chunk: it copies only the other slices into its
+        slot, reduces its slice from its members and the other ranks' slots (in rank order)
+        straight into ``dst``, and publishes it in the result buffer, from which the others
+        copy it after the next barrier. Each rank copies in and reduces ``1/n`` less than the
+        plain pipeline, and its own slice never passes through the segment.
+        """
+        dtype, itemsize = dst.dtype, dst.dtype.itemsize
+        ufunc = op.ufunc
+        n, me = self.n, self.me
+        count = dst.size
+        per_chunk = self.chunk // itemsize
+        pending: tuple[int, int, int, int, int] | None = None
+        for lo in range(0, count, per_chunk):
+            hi = min(count, lo + per_chunk)
+            m = hi - lo
+            share = -(-m // n)
+            s, e = min(m, me * share), min(m, (me + 1) * share)
+            b = (self.phase + 1) & 1
+            if lo == 0:
+                self._post_header(header)
+            slots = [self.slots[b, r, : m * itemsize].view(dtype) for r in range(n)]
+            members.copy(slots[me][:s], lo, lo + s)
+            members.copy(slots[me][e:], lo + e, hi)
+            self._barrier(deadline)
+            if lo == 0:
+                self._check_headers(header, deadline)
+            if pending is not None:
+                self._copy_others(dst, *pending)
+            for x, at in members.pieces(lo + s, lo + e):
+                k = at - lo
+                out = dst[at : at + x.size]
+                ops = [x if r == me else slots[r][k : k + x.size] for r in range(n)]
+                ufunc(ops[0], ops[1], out=out)
+                for r in range(2, n):
+                    ufunc(out, ops[r], out=out)
+            if e > s:
+                self.result[b, s * itemsize : e * itemsize].view(dtype)[:] = dst[lo + s : lo + e]
+            pending = (b, lo, hi, s, e)
+        self._barrier(deadline)
+        if pending is not None:
+            self._copy_others(dst, *pending)
+
+    def _copy_others(self, dst: np.ndarray, b: int, lo: int, hi: int, s: int, e: int) -> None:
+        """Copy the slices of chunk ``lo:hi`` that the other ranks reduced (all but ``s:e``)."""
+        reduced = self.result[b, : (hi - lo) * dst.dtype.itemsize].view(dst.dtype)
+        dst[lo : lo + s] = reduced[:s]
+        dst[lo + e : hi] = reduced[e:]
+
     def _copy_out(self, dst: np.ndarray, b: int, lo: int, hi: int) -> None:
         dst[lo:hi] = self.result[b, : (hi - lo) * dst.dtype.itemsize].view(dst.dtype)
 
@@ -312,3 +405,33 @@ class ShmBackend(DelegatingBackend):
         if self.win != MPI.WIN_NULL:
             self.win.Unlock_all()
             self.win.Free()
+
+
+class _Members:
+    """Random access to element ranges of the concatenation of some arrays (C order)."""
+
+    def __init__(self, members: Sequence[np.ndarray]) -> None:
+        self.flats = [m if m.ndim == 1 else m.reshape(-1) for m in members]
+        self.starts = [0]
+        for f in self.flats:
+            self.starts.append(self.starts[-1] + f.size)
+
+    def pieces(self, lo: int, hi: int) -> Iterator[tuple[np.ndarray, int]]:
+        """The parts of the members that hold elements ``lo:hi``, with where each starts."""
+        starts, flats = self.starts, self.flats
+        i = bisect.bisect_right(starts, lo) - 1
+        pos = lo
+        while pos < hi:
+            end = starts[i + 1]
+            if end > pos:
+                take = min(hi, end) - pos
+                first = pos - starts[i]
+                flat = flats[i]
+                yield (flat if take == flat.size else flat[first : first + take]), pos
+                pos += take
+            i += 1
+
+    def copy(self, out: np.ndarray, lo: int, hi: int) -> None:
+        """Write elements ``lo:hi`` into ``out``."""
+        for piece, at in self.pieces(lo, hi):
+            np.copyto(out[at - lo : at - lo + piece.size], piece)
