@@ -4,12 +4,14 @@ Run: ``python benchmarks/ps_closures.py [--out results.json]``. On one process i
 driver: it launches ``HPCDIST_NUM_PS=1 mpiexec -n 3`` (coordinator, 1 ps, 1 worker) and
 ``-n 4`` (2 workers) and combines their JSON. Inside a job:
 
-- ``roundtrip_us``: ``coordinator.schedule(noop).fetch()`` in a loop, median per call over
-  rounds, against the raw baseline: an mpi4py ``send``/``recv`` of the same tiny pickles between
-  the coordinator and the worker, which are idle otherwise (the floor of any design);
+- ``roundtrip_us``: ``coordinator.schedule(noop).fetch()`` in a loop, the median over rounds of
+  the mean per call (``roundtrip_call_p50_us``/``p90``: percentiles of single calls, which a
+  few descheduled calls on a busy machine do not move), against the raw baseline: an mpi4py
+  ``send``/``recv`` of the same tiny pickles between the coordinator and the worker, which are
+  idle otherwise (the floor of any design);
 - ``functions_per_s``: 20,000 no-op functions scheduled back to back, then ``join``;
 - ``idle_cpu``: CPU seconds per wall second used by every rank during 2 s with nothing
-  scheduled (from ``os.times()``; 1.0 = a whole core).
+  scheduled (from ``/proc``; 1.0 = a whole core).
 """
 
 from __future__ import annotations
@@ -66,11 +68,13 @@ def job(out: str | None) -> None:
     workers = strategy._num_workers
     for _ in range(200):  # warm up: the function cached on the workers
         coordinator.schedule(noop).fetch()
-    rounds = []
+    rounds, calls = [], []
     for _ in range(ROUNDS):
         t0 = time.perf_counter()
         for _ in range(CALLS):
+            t1 = time.perf_counter()
             coordinator.schedule(noop).fetch()
+            calls.append(time.perf_counter() - t1)
         rounds.append((time.perf_counter() - t0) / CALLS)
     t0 = time.perf_counter()
     for _ in range(MANY):
@@ -85,6 +89,9 @@ def job(out: str | None) -> None:
             "workers": workers,
             "roundtrip_us": float(np.median(rounds)) * 1e6,
             "roundtrip_rounds_us": [r * 1e6 for r in rounds],
+            # per call: on a shared machine the mean above is ruled by a few descheduled calls
+            "roundtrip_call_p50_us": float(np.percentile(calls, 50)) * 1e6,
+            "roundtrip_call_p90_us": float(np.percentile(calls, 90)) * 1e6,
             "functions_per_s": rate,
             "idle_cpu_per_rank": idle,  # rank 0 coordinator, 1 ps, then workers
         },

@@ -1,28 +1,33 @@
 """`ClusterCoordinator`: schedule functions on the workers of a `ParameterServerStrategy`.
 
-``schedule(fn, args, kwargs)`` queues a closure and returns a `RemoteValue` at once; a
-dispatcher thread on the coordinator hands closures to idle workers over MPI and collects their
-results. Functions travel with cloudpickle (module-level ones by reference, others by value),
-once per worker; their arguments are pickled when scheduled. Variables inside travel as handles
-(`hpcdist.strategies.ps.variables`): the worker reads and updates them one-sidedly.
+``schedule(fn, args, kwargs)`` queues a closure and returns a `RemoteValue` at once. One pass
+at a time of the **dispatch loop** sends queued closures to idle workers and receives results,
+driven by the thread that schedules (an idle worker gets the function at once), by a thread
+waiting in ``fetch``/``join`` (for up to `PUMP_SECONDS` without progress, then it sleeps on a
+condition), else by the dispatcher thread, asleep while a user thread drives or nothing is
+pending. Short functions travel in **batches** (`hpcdist.strategies.ps.functions.take_batch`):
+one message carries several closures to a worker, one message all their results back.
+Functions travel with cloudpickle, once per worker; arguments are pickled when scheduled (none:
+nothing pickled). Variables travel as handles (`hpcdist.strategies.ps.variables`).
 
-Error contract (TF's): the first error of a scheduled function (other than
-`WorkerPreemptedError`, which re-runs the function on another worker: at-least-once) is raised
-once, by the next `schedule`, `join` or `done`; at that point functions still queued are
-cancelled (their `RemoteValue` raises `CancelledError`), functions already running finish, and
-the error is cleared.
+Error contract (TF's): each `RemoteValue` gets its own function's result or error; the first
+error of a scheduled function (other than `WorkerPreemptedError`, which re-runs the function on
+another worker: at-least-once) is raised once, by the next `schedule`, `join` or `done`; at that
+point functions still queued are cancelled (their `RemoteValue` raises `CancelledError`),
+functions already sent (the rest of a batch too) finish, and the error is cleared.
 
-Liveness (`hpcdist.strategies.ps.liveness`): a function running longer than
-``HPCDIST_STALL_WARNING_SECONDS`` is named in a warning; past ``HPCDIST_TIMEOUT_SECONDS`` it fails
-with `DeadlineExceededError` (an error like any other under the contract above) and its worker
-is not used again.
+Liveness (`hpcdist.strategies.ps.liveness`), checked every `CHECK_SECONDS`: a function running
+longer than ``HPCDIST_STALL_WARNING_SECONDS`` is named in a warning; past
+``HPCDIST_TIMEOUT_SECONDS`` it fails with `DeadlineExceededError` (an error like any other under
+the contract above) and its worker is not used again. A worker gives back the functions of its
+batch behind one that runs long (`hpcdist.strategies.ps.runtime.WATCH_SECONDS`), and they are
+queued again at the front; those still unanswered at the deadline too (a stopped process).
 """
 
 from __future__ import annotations
 
 import collections
 import functools
-import inspect
 import itertools
 import pickle
 import threading
@@ -30,25 +35,28 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import cloudpickle
-
 from hpcdist import timeline
 from hpcdist.core.variables import Variable
-from hpcdist.data.nest import flatten, map_structure
+from hpcdist.data.nest import map_structure
 from hpcdist.errors import CancelledError, WorkerPreemptedError
 from hpcdist.settings import get_settings
-from hpcdist.strategies.ps.functions import FunctionCache, FunctionEntry, WorkerFunctions
+from hpcdist.strategies.ps.functions import FunctionCache, WorkerFunctions, note_cost, take_batch
 from hpcdist.strategies.ps.liveness import Liveness, Running
 from hpcdist.strategies.ps.remote_values import (
+    Closure,
+    PerWorkerDataset,
     PerWorkerIterator,
     PerWorkerValues,
     RemoteValue,
     RemoteValueStatus,
+    call_dataset_fn,
+    store_resource,
 )
-from hpcdist.strategies.ps.runtime import creating_dataset, runtime
+from hpcdist.strategies.ps.runtime import TAG_CANCEL, runtime
 from hpcdist.strategies.ps.strategy import ParameterServerStrategy
 
 __all__ = [
+    "CHECK_SECONDS",
     "PUMP_SECONDS",
     "ClusterCoordinator",
     "PerWorkerDataset",
@@ -58,63 +66,17 @@ __all__ = [
     "RemoteValueStatus",
 ]
 
-
-_NO_ARGUMENTS = pickle.dumps(((), {}))
-
 #: How long a thread waiting for a result drives the dispatch loop itself without progress
 #: before it sleeps until the dispatcher thread wakes it.
 PUMP_SECONDS = 2e-3
-
-
-def _store_resource(resource: int, build: Callable[[], Any], dataset_fn: bool) -> None:
-    if dataset_fn:
-        with creating_dataset():
-            runtime().resources[resource] = build()
-    else:
-        runtime().resources[resource] = build()
-
-
-def _call_dataset_fn(dataset_fn: Callable[..., Any]) -> Any:
-    strategy = runtime().strategy
-    try:
-        wants_context = len(inspect.signature(dataset_fn).parameters) >= 1
-    except (TypeError, ValueError):
-        wants_context = False
-    if wants_context:
-        return strategy.distribute_datasets_from_function(dataset_fn)
-    dataset = dataset_fn()
-    return getattr(dataset, "_dataset", dataset)  # a distributed dataset: its per-worker data
-
-
-def _iterate(resource: int) -> Any:
-    return iter(runtime().resources[resource])
-
-
-class PerWorkerDataset:
-    """A dataset built on every worker; ``iter()`` gives a per-worker iterator."""
-
-    def __init__(self, coordinator: ClusterCoordinator, values: PerWorkerValues) -> None:
-        self._coordinator = coordinator
-        self._values = values
-
-    def __iter__(self) -> PerWorkerIterator:
-        resource = self._values._resource
-        values = self._coordinator._create_per_worker_resources(
-            functools.partial(_iterate, resource), dataset_fn=False
-        )
-        return PerWorkerIterator(values._resource, values._values)
-
-
-class _Closure:
-    __slots__ = ("args", "avoid", "function", "remote_value", "running", "sent", "t0", "worker")
-
-    def __init__(self, function: FunctionEntry, args: bytes, worker: int | None) -> None:
-        self.function, self.args, self.worker = function, args, worker
-        self.remote_value = RemoteValue()
-        self.avoid: int | None = None
-        self.running: Running | None = None
-        self.t0 = timeline.now()  # scheduled (for the timeline)
-        self.sent = 0.0
+#: How often the dispatch loop looks for stalled functions and deadlines.
+CHECK_SECONDS = 1e-2
+#: The dispatcher thread stays asleep while a user thread drove the loop this recently.
+DRIVE_SECONDS = 2e-3
+#: Passes without progress before the dispatcher thread sleeps between passes.
+SPIN_PASSES = 50
+#: While every worker is busy, `schedule` looks for results at most this often.
+POLL_SECONDS = 5e-5
 
 
 class ClusterCoordinator:
@@ -147,55 +109,31 @@ class ClusterCoordinator:
         del strategy  # set up once, in __new__
 
     def _init(self, strategy: ParameterServerStrategy, rt: Any) -> None:
-        self.strategy = strategy
-        self._rt = rt
-        self._workers = list(self._rt.roles.workers)
-        self._cond = threading.Condition()
-        self._queue: collections.deque[_Closure] = collections.deque()
-        self._targeted: dict[int, collections.deque[_Closure]] = {
-            w: collections.deque() for w in self._workers
-        }
-        self._inflight: dict[int, _Closure] = {}
+        self.strategy, self._rt = strategy, rt
+        workers = list(rt.roles.workers)
+        self._lock = threading.Lock()  # one pass at a time; needed for all but queue appends
+        self._changed = threading.Condition(threading.Lock())  # values resolved (to sleepers)
+        self._waiting = 0
+        self._queue: collections.deque[Closure] = collections.deque()
+        self._targeted = {w: collections.deque[Closure]() for w in workers}
+        self._targeted_count = 0
+        self._inflight: dict[int, Running] = {}
         self._error: BaseException | None = None
-        self._stopping = False
+        self._stopping = False  # the job ends
         self._functions = FunctionCache()
-        self._held = {w: WorkerFunctions() for w in self._workers}
+        self._held = {w: WorkerFunctions() for w in workers}
         settings = get_settings()
-        self._liveness = Liveness(
-            self._workers, settings.timeout_seconds, settings.stall_warning_seconds
-        )
+        self._liveness = Liveness(workers, settings.timeout_seconds, settings.stall_warning_seconds)
+        self._live = self._liveness.live()
+        self._checked = time.monotonic()
         self._resources = itertools.count()
         self._thread: threading.Thread | None = None
-        # One pass of the dispatch loop at a time, by the dispatcher thread or by a user thread
-        # waiting for a result (which then needs no thread switch to learn of it).
-        self._step_lock = threading.Lock()
-        self._pumping = 0  # user threads pumping now (the dispatcher thread then sleeps)
+        self._driving = 0  # user threads driving the loop now
+        self._driven = self._polled = 0.0  # when a user thread last drove it, polled
+        self._wake = threading.Event()  # wakes the dispatcher thread
+        self._asleep = False
 
     # -- scheduling ----------------------------------------------------------------------------
-
-    def _closure(self, fn: Callable[..., Any], args: Any, kwargs: Any, worker: int | None):
-        if not callable(fn):
-            raise TypeError(f"schedule needs a callable, got {type(fn).__name__}")
-        function = self._functions.entry(fn)
-        if not args and not kwargs:
-            blob = _NO_ARGUMENTS
-        else:
-            args, kwargs = tuple(args or ()), dict(kwargs or {})
-            for leaf in flatten((args, kwargs)):
-                if isinstance(leaf, RemoteValue):
-                    raise TypeError(
-                        "a RemoteValue cannot be passed to a scheduled function: call .fetch() "
-                        "on the coordinator and pass the value"
-                    )
-            try:
-                blob = cloudpickle.dumps((args, kwargs))
-            except Exception as exc:
-                raise TypeError(
-                    f"cannot send the arguments of {fn!r} to the workers: {exc}"
-                ) from exc
-        closure = _Closure(function, blob, worker)
-        closure.remote_value._pump = self._pump
-        return closure
 
     def schedule(
         self, fn: Callable[..., Any], args: Any = None, kwargs: dict[str, Any] | None = None
@@ -207,15 +145,22 @@ class ClusterCoordinator:
             TypeError: ``fn`` or its arguments cannot be sent (e.g. a `RemoteValue` argument).
             UnavailableError: Every worker was lost to a deadline.
         """
-        self._raise_if_error()
-        if not self._liveness.live():
+        if self._error is not None:
+            self._raise_if_error()
+        if not self._live:
             raise self._liveness.unavailable(f"cannot schedule {fn!r}")
-        closure = self._closure(fn, args, kwargs, None)
-        with self._cond:
-            self._queue.append(closure)
-            self._cond.notify_all()
-        self._start()
-        self._progress()  # an idle worker gets it now, from this thread
+        closure = Closure.make(self._functions.entry, fn, args, kwargs, None, self._wait_for)
+        self._queue.append(closure)
+        if self._thread is None:
+            self._start()
+        elif self._asleep:
+            self._wake.set()
+        self._driven = now = time.perf_counter()
+        # An idle worker gets it now, from this thread; with every worker busy, look for their
+        # results only every POLL_SECONDS.
+        if len(self._inflight) < len(self._live) or now - self._polled > POLL_SECONDS:
+            self._polled = now
+            self._progress()
         return closure.remote_value
 
     def join(self) -> None:
@@ -224,16 +169,14 @@ class ClusterCoordinator:
         Raises:
             The first error of a scheduled function (once; queued functions are cancelled).
         """
-        self._pump(lambda: self._error is not None or self._idle())
-        with self._cond:
-            self._cond.wait_for(lambda: self._error is not None or self._idle())
+        self._wait_for(lambda: self._error is not None or self._idle())
         self._raise_if_error()
 
     def done(self) -> bool:
         """Whether every scheduled function has run (raises a pending error, once)."""
+        self._progress()
         self._raise_if_error()
-        with self._cond:
-            return self._idle()
+        return self._idle()
 
     def fetch(self, value: Any) -> Any:
         """``value`` with every `RemoteValue` fetched and every variable read."""
@@ -262,42 +205,85 @@ class ClusterCoordinator:
         if not callable(dataset_fn):
             data = dataset_fn
             dataset_fn = functools.partial(lambda d: d, data)
-        build = functools.partial(_call_dataset_fn, dataset_fn)
+        build = functools.partial(call_dataset_fn, dataset_fn)
         return PerWorkerDataset(self, self._create_per_worker_resources(build, dataset_fn=True))
 
     def _create_per_worker_resources(self, build: Any, dataset_fn: bool) -> PerWorkerValues:
         self._raise_if_error()
-        workers = self._liveness.live()  # a lost worker gets no function: it needs none
+        workers = list(self._live)  # a lost worker gets no function: it needs none
         if not workers:
             raise self._liveness.unavailable("cannot create per-worker resources")
         resource = next(self._resources)
-        fn = functools.partial(_store_resource, resource, build, dataset_fn)
-        closures = [self._closure(fn, (), {}, w) for w in workers]
+        fn = functools.partial(store_resource, resource, build, dataset_fn)
+        closures = [
+            Closure.make(self._functions.entry, fn, (), {}, w, self._wait_for) for w in workers
+        ]
         del fn  # its pickle travels with the closures; the workers forget it after running
-        with self._cond:
+        with self._lock:
             for w, c in zip(workers, closures, strict=True):
                 self._targeted[w].append(c)
-            self._cond.notify_all()
-        self._start()
-        for c in closures:
-            c.remote_value._event.wait()
+            self._targeted_count += len(closures)
+        if self._thread is None:
+            self._start()
+        self._wait_for(lambda: all(c.remote_value._ready() for c in closures))
         for c in closures:
             c.remote_value.fetch()  # the first worker's error, if any
         return PerWorkerValues(resource, tuple(c.remote_value for c in closures))
 
-    # -- errors --------------------------------------------------------------------------------
+    # -- waiting and errors --------------------------------------------------------------------
 
     def _idle(self) -> bool:
-        return not self._queue and not self._inflight and not any(self._targeted.values())
+        with self._lock:  # a pass moves closures from the queue to a worker: see it done
+            return not self._queue and not self._inflight and not self._targeted_count
+
+    def _has_work(self) -> bool:  # whether a pass may have something to receive or send
+        return bool(self._inflight or self._targeted_count or (self._queue and self._error is None))
+
+    def _wait_for(self, ready: Callable[[], bool]) -> None:
+        """Return once ``ready()``: drive the loop from this thread, then sleep until a change."""
+        if ready():
+            return
+        with self._changed:
+            self._driving += 1
+        try:
+            last = time.perf_counter()
+            while not ready():
+                if self._progress():
+                    last = time.perf_counter()
+                elif time.perf_counter() - last > PUMP_SECONDS:
+                    break
+        finally:
+            with self._changed:
+                self._driving -= 1
+        if ready():
+            self._driven = time.perf_counter()
+            return
+        self._driven = 0.0
+        self._wake.set()  # the dispatcher thread drives from now on
+        while not ready():
+            with self._changed:
+                self._waiting += 1
+                woke = ready() or self._changed.wait(0.05)
+                self._waiting -= 1
+            if not woke:
+                self._progress()  # in case no thread drives
+
+    def _notify(self) -> None:
+        if self._waiting:
+            with self._changed:
+                self._changed.notify_all()
 
     def _raise_if_error(self) -> None:
-        with self._cond:
-            if self._error is None:
-                return
-            self._cond.wait_for(lambda: not self._inflight)  # running functions finish
-            self._cancel_queued()
+        if self._error is None:
+            return
+        self._wait_for(lambda: not self._inflight)  # functions already sent finish
+        with self._lock:
             error, self._error = self._error, None
-        raise error
+            if error is not None:
+                self._cancel_queued()
+        self._notify()
+        if error is not None:
+            raise error
 
     def _cancel_queued(self) -> None:
         while self._queue:
@@ -305,64 +291,91 @@ class ClusterCoordinator:
                 CancelledError("cancelled: an earlier scheduled function failed")
             )
 
-    # -- the dispatcher thread -----------------------------------------------------------------
+    def _fail(self, closure: Closure, error: BaseException) -> None:
+        """Fail one closure; the first failure of a scheduled one is raised by join."""
+        closure.remote_value._fail(error)
+        if closure.worker is None and self._error is None:
+            self._error = error
 
-    def _start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._dispatch, name="hpcdist-coordinator", daemon=True
-            )
-            self._thread.start()
+    # -- the dispatch loop ---------------------------------------------------------------------
 
-    def _stop(self) -> None:
-        """Cancel queued functions, let running ones finish, stop the dispatcher.
+    def _progress(self) -> bool:
+        """One pass of the dispatch loop, unless another thread is in one; whether it did work.
 
-        A worker lost to a deadline must have returned for the job to end collectively: it
-        is given the deadline once more, then the job is aborted with a message naming it.
+        Receives every result that arrived, forgets dead functions, checks deadlines (every
+        `CHECK_SECONDS`), and sends a batch to each idle worker.
         """
-        with self._cond:
-            self._cancel_queued()
-            self._stopping = True
-            self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join()
-        stuck = self._liveness.wait_for_stuck(self._rt.poll_result)
-        if stuck:
-            who = "; ".join(
-                f"{self._liveness.who(r)} is still in {self._liveness.lost[r]}" for r in stuck
-            )
-            self._rt.abort_job(
-                f"the program ended but {who}, past the deadline of "
-                f"{self._liveness.timeout:g} s plus {self._liveness.timeout:g} s of grace: "
-                "ending the job needs every rank, so it is aborted instead of hanging"
-            )
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            changed = False
+            poll = self._rt.poll_result
+            while (result := poll()) is not None:
+                self._receive(*result)
+                changed = True
+            for key in self._functions.drain_dead():
+                for held in self._held.values():
+                    held.drop(key)
+            if self._inflight:
+                now = time.monotonic()
+                if now - self._checked > CHECK_SECONDS:
+                    self._checked = now
+                    changed = self._check_running() or changed
+            sent = (self._queue or self._targeted_count) and self._assign()
+        finally:
+            self._lock.release()
+        if changed:
+            self._notify()
+        return changed or bool(sent)
 
-    def _next_for(self, worker: int) -> _Closure | None:
-        if self._targeted[worker]:
-            return self._targeted[worker].popleft()
-        if self._error is not None or self._stopping:
-            return None
-        for i, closure in enumerate(self._queue):
-            if closure.avoid != worker or len(self._liveness.live()) == 1:
-                del self._queue[i]
-                return closure
-        return None
+    def _assign(self) -> bool:
+        """Send a batch to each idle live worker that has work (with the lock)."""
+        sent = False
+        for worker in self._live:
+            if worker in self._inflight:
+                continue
+            targeted = self._targeted[worker]
+            if targeted:
+                batch = [targeted.popleft()]
+                self._targeted_count -= 1
+            elif self._error is not None or self._stopping:
+                continue
+            else:
+                batch = take_batch(self._queue, worker, len(self._live))
+                if not batch:
+                    continue
+            self._send(worker, batch)
+            sent = True
+        return sent
 
-    def _send(self, worker: int, closure: _Closure) -> None:
-        blob, forget = self._held[worker].message(closure.function)
-        key = closure.function.key
-        closure.sent = timeline.now()
-        self._rt.send_command(worker, ("run", key, blob, closure.args, forget))
+    def _send(self, worker: int, batch: list[Closure]) -> None:
+        held = self._held[worker]
+        items = []
+        sent = timeline.now() if timeline._recorder is not None else 0.0
+        for closure in batch:
+            blob, forget = held.message(closure.function)
+            items.append((closure.function.key, blob, closure.args, forget))
+            closure.sent = sent
+        try:
+            self._rt.send_command(worker, ("batch", items))
+        except Exception as exc:  # not sent: the functions fail, the worker holds none of them
+            for closure in batch:
+                held.drop(closure.function.key)
+                self._fail(closure, exc)
+            return
+        self._inflight[worker] = Running(batch)
 
     def _receive(self, worker: int, reply: bytes) -> None:
-        with self._cond:
-            if worker in self._liveness.lost:  # its function failed at the deadline already
-                self._liveness.returned(worker)
+        results, given_back = pickle.loads(reply)
+        if worker in self._liveness.lost:  # its batch failed at the deadline already
+            if self._liveness.answered(worker, len(results) + given_back):
                 self._rt.lost.pop(worker, None)
-                return
-        kind, payload, remote_tb = pickle.loads(reply)
-        with self._cond:
-            closure = self._inflight.pop(worker)
+            return
+        batch = self._inflight[worker]
+        closures, again = batch.closures, []
+        for kind, payload, remote_tb, seconds in results:
+            closure = closures.popleft()
+            note_cost(closure.function, seconds)
             if timeline._recorder is not None:
                 end, name = timeline.now(), closure.function.name
                 args = {"worker_rank": worker, "outcome": kind}
@@ -372,107 +385,97 @@ class ClusterCoordinator:
                 closure.remote_value._set(payload)
             elif isinstance(payload, WorkerPreemptedError):
                 closure.avoid = worker  # at-least-once: run it again, elsewhere
-                if closure.worker is None:
-                    self._queue.appendleft(closure)
-                else:
-                    self._targeted[worker].appendleft(closure)
+                again.append(closure)
             else:
                 if remote_tb:
-                    who = self._liveness.who(worker)
-                    payload.add_note(f"raised on {who}:\n{remote_tb}")
+                    payload.add_note(f"raised on {self._liveness.who(worker)}:\n{remote_tb}")
                 self._fail(closure, payload)
-            self._cond.notify_all()
+        again += reversed([closures.pop() for _ in range(given_back)])  # not run: queued again
+        for closure in reversed(again):
+            if closure.worker is None:
+                self._queue.appendleft(closure)
+            else:
+                self._targeted[worker].appendleft(closure)
+                self._targeted_count += 1
+        if closures:
+            batch.started()
+        else:
+            del self._inflight[worker]
 
-    def _fail(self, closure: _Closure, error: BaseException) -> None:
-        """Fail one closure; the first failure of a scheduled one is raised by join (with lock)."""
-        closure.remote_value._fail(error)
-        if closure.worker is None and self._error is None:
-            self._error = error
-
-    def _check_running(self) -> None:
+    def _check_running(self) -> bool:
         """Warn about stalled functions; fail those past the deadline, drop their workers."""
-        running = {w: c.running for w, c in self._inflight.items() if c.running is not None}
-        for worker, error in self._liveness.overdue(running):
+        overdue = self._liveness.overdue(self._inflight)
+        for worker, error in overdue:
             self._rt.lost[worker] = self._liveness.lost[worker]
-            self._fail(self._inflight.pop(worker), error)
+            closures = self._inflight.pop(worker).closures
+            self._liveness.unanswered[worker] = len(closures)
+            self._fail(closures.popleft(), error)
+            if closures:  # not started yet, or done but unanswered: run them elsewhere
+                self._queue.extendleft(reversed(closures))
+                with self._rt.send_lock:
+                    self._rt.ctrl.send(None, dest=worker, tag=TAG_CANCEL)
             while self._targeted[worker]:
                 self._targeted[worker].popleft().remote_value._fail(error)
-            if not self._liveness.live():
+                self._targeted_count -= 1
+            self._live = self._liveness.live()
+            if not self._live:
                 while self._queue:
                     self._queue.popleft().remote_value._fail(
                         self._liveness.unavailable("cannot run a queued function")
                     )
-            self._cond.notify_all()
+        return bool(overdue)
 
-    def _forget_dead_functions(self) -> None:
-        for key in self._functions.drain_dead():
-            for held in self._held.values():
-                held.drop(key)
+    # -- the dispatcher thread -----------------------------------------------------------------
 
-    def _progress(self) -> bool:
-        """One pass of the dispatch loop, unless another thread is in one; whether it did work.
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._dispatch, name="hpcdist-coordinator", daemon=True
+                )
+                self._thread.start()
 
-        Receives every result that arrived, forgets dead functions, checks deadlines, and sends
-        a closure to each idle worker.
+    def _stop(self) -> None:
+        """Cancel queued functions, let running ones finish, stop the dispatcher.
+
+        A worker lost to a deadline must have returned for the job to end collectively: it
+        is given the deadline once more, then the job is aborted with a message naming it.
         """
-        if not self._step_lock.acquire(blocking=False):
-            return False
-        try:
-            got = False
-            while (result := self._rt.poll_result()) is not None:
-                self._receive(*result)
-                got = True
-            self._forget_dead_functions()
-            with self._cond:
-                self._check_running()
-                sends = []
-                for worker in self._liveness.live():
-                    if worker not in self._inflight:
-                        closure = self._next_for(worker)
-                        if closure is not None:
-                            closure.running = Running(closure.function.name)
-                            self._inflight[worker] = closure
-                            sends.append((worker, closure))
-            for worker, closure in sends:
-                self._send(worker, closure)
-            return got or bool(sends)
-        finally:
-            self._step_lock.release()
+        with self._lock:
+            self._cancel_queued()
+            self._stopping = True
+        self._notify()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._liveness.end_job(self._poll_lost, self._rt.rank)
 
-    def _pump(self, done: Callable[[], bool]) -> None:
-        """Drive the dispatch loop from this thread until ``done()`` or ``PUMP_SECONDS`` idle.
-
-        A thread waiting for a result receives it itself: no wake-up of the dispatcher thread,
-        no hand-over of the interpreter lock between the two. After ``PUMP_SECONDS`` without
-        progress the caller falls back to waiting for the dispatcher thread.
-        """
-        with self._cond:
-            self._pumping += 1
-        try:
-            last = time.perf_counter()
-            while not done():
-                if self._progress():
-                    last = time.perf_counter()
-                elif time.perf_counter() - last > PUMP_SECONDS:
-                    return
-        finally:
-            with self._cond:
-                self._pumping -= 1
+    def _poll_lost(self) -> tuple[int, int] | None:
+        """``(worker, number of results)`` of an arrived reply (for `Liveness`), or None."""
+        result = self._rt.poll_result()
+        if result is None:
+            return None
+        results, given_back = pickle.loads(result[1])
+        return result[0], len(results) + given_back
 
     def _dispatch(self) -> None:
         idle = 0
         while True:
-            active = False if self._pumping else self._progress()
-            with self._cond:
-                if self._stopping and not self._inflight and not any(self._targeted.values()):
-                    return
-                if self._pumping or (not active and not self._inflight):
-                    # nothing running, or a user thread drives the loop: wait for a change
-                    self._cond.wait(timeout=0.05 if not self._pumping else 1e-3)
-                    continue
-            if active:
+            if self._stopping and not self._inflight and not self._targeted_count:
+                return
+            if not self._has_work():
+                self._asleep = True  # then look again: `schedule` reads it after appending
+                if not self._has_work():
+                    self._wake.wait(0.05)
+                self._asleep = False
+                self._wake.clear()
+            elif self._driving or time.perf_counter() - self._driven < DRIVE_SECONDS:
+                self._wake.wait(DRIVE_SECONDS)  # a user thread drives the loop
+                self._wake.clear()
+                idle = 0
+            elif self._progress():
                 idle = 0
             else:
                 idle += 1
-                if idle > 50:
-                    time.sleep(min(5e-4, 1e-5 * (idle - 50)))
+                if idle > SPIN_PASSES:
+                    time.sleep(min(5e-4, 1e-5 * (idle - SPIN_PASSES)))

@@ -16,11 +16,17 @@ travel as the key alone. Neither side keeps functions for the job's life:
   carries the list, and the record is updated when that run is sent, so the two always agree: a
   worker never runs a function for a key it was not sent, and a forgotten key is re-sent with
   its pickle when it is needed again.
+* **Batches** (`take_batch`): an idle worker gets the first queued closure and, in one message,
+  the next ones while each has a known `FunctionEntry.cost` (`note_cost`: a moving average of
+  the seconds its runs took on the workers) and the batch stays within `BATCH_SECONDS` of
+  estimated work, `MAX_BATCH` closures and the worker's share of the queue. A function never
+  run yet, or a slow one, goes alone.
 """
 
 from __future__ import annotations
 
 import collections
+import math
 import threading
 import weakref
 from collections.abc import Callable
@@ -29,6 +35,8 @@ from typing import Any
 import cloudpickle
 
 __all__ = [
+    "BATCH_SECONDS",
+    "MAX_BATCH",
     "STRONG_FUNCTIONS",
     "WORKER_CACHE_BYTES",
     "WORKER_CACHE_FUNCTIONS",
@@ -36,6 +44,8 @@ __all__ = [
     "FunctionEntry",
     "WorkerFunctions",
     "describe",
+    "note_cost",
+    "take_batch",
 ]
 
 #: Pickled bytes of functions a worker keeps (least recently used forgotten first).
@@ -44,6 +54,10 @@ WORKER_CACHE_BYTES = 64 << 20
 WORKER_CACHE_FUNCTIONS = 1024
 #: Callables without weak references that the coordinator keeps pickled.
 STRONG_FUNCTIONS = 64
+#: Estimated seconds of work a batch may hold (beyond its first function).
+BATCH_SECONDS = 1e-3
+#: Most functions in one batch.
+MAX_BATCH = 64
 
 
 def describe(fn: Any) -> str:
@@ -57,17 +71,21 @@ def describe(fn: Any) -> str:
 class FunctionEntry:
     """One pickled function: its key, its pickle, its name, whether the function still lives.
 
+    ``cost`` is the seconds one run takes on a worker (a moving average of the runs reported so
+    far; None before the first): the dispatcher batches only functions known to be short.
+
     Args:
         key: Identity of the function on the workers (never reused).
         blob: The function, pickled with cloudpickle.
         name: Its name, for messages.
     """
 
-    __slots__ = ("__weakref__", "alive", "blob", "key", "name", "ref")
+    __slots__ = ("__weakref__", "alive", "blob", "cost", "key", "name", "ref")
 
     def __init__(self, key: int, blob: bytes, name: str) -> None:
         self.key, self.blob, self.name = key, blob, name
         self.alive = True
+        self.cost: float | None = None
         self.ref: Callable[[], Any] | None = None
 
 
@@ -94,6 +112,11 @@ class FunctionCache:
         Raises:
             TypeError: ``fn`` cannot be pickled.
         """
+        found = self._by_id.get(id(fn))  # the common case, without the lock
+        if found is not None and not self._gone and id(fn) not in self._strong:
+            ref = found.ref
+            if ref is not None and ref() is fn:
+                return found
         with self._lock:
             self._purge()
             found = self._by_id.get(id(fn))
@@ -186,3 +209,46 @@ class WorkerFunctions:
             self.drop(next(iter(self._held)))
         forget, self._forget = tuple(self._forget), []
         return blob, forget
+
+
+def take_batch(queue: collections.deque[Any], worker: int, live: int) -> list[Any]:
+    """Remove and return the next batch for ``worker`` from ``queue`` (empty: nothing for it).
+
+    ``queue`` holds closures with ``function.cost`` and ``avoid`` (a worker the closure must
+    not run on again when another is live). Other threads may append to ``queue`` meanwhile;
+    the caller is the only one removing from it.
+
+    Args:
+        queue: The coordinator's queue of closures, oldest first.
+        worker: The idle worker's rank.
+        live: Number of live workers.
+    """
+    if not queue:
+        return []
+    first = queue[0]
+    if first.avoid == worker and live > 1:
+        for i, closure in enumerate(list(queue)):  # a snapshot: appends may come meanwhile
+            if closure.avoid != worker:
+                del queue[i]  # indices from the left are stable: only this thread removes
+                return [closure]
+        return []
+    queue.popleft()
+    batch = [first]
+    total = first.function.cost
+    if total is None or not queue:
+        return batch
+    limit = min(MAX_BATCH, math.ceil((len(queue) + 1) / live))
+    while len(batch) < limit and queue:
+        closure = queue[0]
+        cost = closure.function.cost
+        if cost is None or total + cost > BATCH_SECONDS or closure.avoid == worker:
+            break
+        batch.append(queue.popleft())
+        total += cost
+    return batch
+
+
+def note_cost(function: Any, seconds: float) -> None:
+    """Fold one run's ``seconds`` into ``function.cost`` (a moving average)."""
+    cost = function.cost
+    function.cost = seconds if cost is None else cost + 0.25 * (seconds - cost)

@@ -6,18 +6,21 @@ after ``HPCDIST_TIMEOUT_SECONDS`` it fails with `DeadlineExceededError` and its 
 **lost**: a stopped process, or one stuck in a function that never returns, cannot be
 interrupted over MPI, so the coordinator schedules nothing on it again.
 
-A lost worker whose function returns late sends its reply like any other; it is then back in its
-serve loop and will take part in ending the job. When the program ends, the coordinator waits
-up to the deadline once more for the lost workers that have not replied; if one still has not,
-ending the job collectively would hang, so the job is aborted with a message naming it.
+A lost worker whose function returns late sends its reply like any other; once it answered every
+function of its last batch (`unanswered` counts them) it is back in its serve loop and will take
+part in ending the job. When the program ends (`end_job`), the coordinator waits up to the
+deadline once more for the lost workers that have not replied; if one still has not, ending the
+job collectively would hang, so the job is aborted with a message naming it.
 """
 
 from __future__ import annotations
 
+import collections
 import time
 from collections.abc import Callable
 from typing import Any
 
+from hpcdist.abort import ABORT_EXIT_CODE, abort_job
 from hpcdist.errors import DeadlineExceededError, UnavailableError
 from hpcdist.log import get_logger
 
@@ -25,16 +28,24 @@ __all__ = ["Liveness", "Running"]
 
 
 class Running:
-    """A function running on a worker: what it is, since when, whether it was warned about.
+    """The closures sent to one worker and not answered yet (oldest first); the first runs.
+
+    ``name``, ``since`` and ``warned`` are about the first: what it is, since when it runs (the
+    send, or the reply that answered the one before), whether it was warned about.
 
     Args:
-        name: The function's name, for messages.
+        closures: The closures sent (each has ``function.name``).
     """
 
-    __slots__ = ("name", "since", "warned")
+    __slots__ = ("closures", "name", "since", "warned")
 
-    def __init__(self, name: str) -> None:
-        self.name = name
+    def __init__(self, closures: list[Any]) -> None:
+        self.closures = collections.deque(closures)
+        self.started()
+
+    def started(self) -> None:
+        """The first closure runs from now on."""
+        self.name = self.closures[0].function.name
         self.since = time.monotonic()
         self.warned = False
 
@@ -54,6 +65,7 @@ class Liveness:
         self.stall_warning = stall_warning
         self.lost: dict[int, str] = {}  # rank -> the function it was lost in
         self.late: set[int] = set()  # lost workers whose function returned after all
+        self.unanswered: dict[int, int] = {}  # lost rank -> results of its batch still due
 
     def who(self, rank: int) -> str:
         """``"worker i (rank r)"``."""
@@ -110,6 +122,20 @@ class Liveness:
                 )
         return expired
 
+    def answered(self, rank: int, count: int) -> bool:
+        """A reply of the lost worker ``rank`` with ``count`` results arrived.
+
+        Returns:
+            Whether that was the last of its batch (it is then back in its serve loop).
+        """
+        left = self.unanswered.get(rank, 1) - count
+        if left > 0:
+            self.unanswered[rank] = left
+            return False
+        self.unanswered.pop(rank, None)
+        self.returned(rank)
+        return True
+
     def returned(self, rank: int) -> None:
         """The lost worker ``rank`` replied after all: it serves again (but gets no work)."""
         self.late.add(rank)
@@ -127,22 +153,30 @@ class Liveness:
             "live worker"
         )
 
-    def wait_for_stuck(self, poll: Callable[[], tuple[int, Any] | None]) -> list[int]:
+    def end_job(self, poll: Callable[[], tuple[int, int] | None], rank: int) -> None:
         """At the end of the job: wait up to the deadline for the stuck workers' replies.
 
-        Args:
-            poll: Returns ``(rank, reply)`` of an arrived reply, or None.
+        A worker still stuck then cannot take part in ending the job collectively: the job is
+        aborted (``MPI_Abort``) with a message naming it instead of hanging.
 
-        Returns:
-            The workers still stuck.
+        Args:
+            poll: Returns ``(rank, number of results)`` of an arrived reply, or None.
+            rank: This (the coordinator's) rank, for the message.
         """
         if not self.stuck():
-            return []
+            return
         end = time.monotonic() + (self.timeout or 0.0)
         while self.stuck() and time.monotonic() < end:
             got = poll()
             if got is None:
                 time.sleep(1e-3)
             elif got[0] in self.lost:
-                self.returned(got[0])
-        return self.stuck()
+                self.answered(*got)
+        if self.stuck():
+            who = "; ".join(f"{self.who(r)} is still in {self.lost[r]}" for r in self.stuck())
+            message = (
+                f"the program ended but {who}, past the deadline of {self.timeout:g} s plus "
+                f"{self.timeout:g} s of grace: ending the job needs every rank, so it is "
+                "aborted instead of hanging"
+            )
+            abort_job(f"hpcdist: rank {rank}: {message}; aborting all ranks", ABORT_EXIT_CODE)

@@ -1,22 +1,38 @@
 """What `ClusterCoordinator.schedule` returns: `RemoteValue`, and values held per worker.
 
 A `RemoteValue` is set by the coordinator's dispatch loop when the function's reply arrives (or
-failed, when it raises, is cancelled or passes its deadline); a thread fetching it drives that
-loop itself for a moment before it sleeps. A `PerWorkerValues` names a
+failed, when it raises, is cancelled or passes its deadline). It holds no lock or event of its
+own: a thread fetching it asks the coordinator to wait, which drives the dispatch loop from that
+thread for a moment and then sleeps on the coordinator's condition. A `PerWorkerValues` names a
 resource every worker keeps (its dataset, its iterator); pickled into a scheduled function, it
-becomes the value of the worker that runs it.
+becomes the value of the worker that runs it. `PerWorkerDataset` is what
+`ClusterCoordinator.create_per_worker_dataset` returns.
 """
 
 from __future__ import annotations
 
 import enum
-import threading
+import functools
+import inspect
 from collections.abc import Callable
 from typing import Any
 
-from hpcdist.strategies.ps.runtime import runtime
+import cloudpickle
 
-__all__ = ["PerWorkerIterator", "PerWorkerValues", "RemoteValue", "RemoteValueStatus"]
+from hpcdist import timeline
+from hpcdist.data.nest import flatten
+from hpcdist.strategies.ps.runtime import creating_dataset, runtime
+
+__all__ = [
+    "Closure",
+    "PerWorkerDataset",
+    "PerWorkerIterator",
+    "PerWorkerValues",
+    "RemoteValue",
+    "RemoteValueStatus",
+    "call_dataset_fn",
+    "store_resource",
+]
 
 
 class RemoteValueStatus(enum.Enum):
@@ -27,29 +43,42 @@ class RemoteValueStatus(enum.Enum):
     READY = "READY"
 
 
-class RemoteValue:
-    """The future result of a scheduled function."""
+_NOT_READY = RemoteValueStatus.NOT_READY
+_READY = RemoteValueStatus.READY
+_ABORTED = RemoteValueStatus.ABORTED
 
-    def __init__(self) -> None:
-        self._event = threading.Event()
+
+class RemoteValue:
+    """The future result of a scheduled function.
+
+    Args:
+        wait: ``wait(ready)`` returns once ``ready()`` is true (the coordinator's wait); it is
+            only called while the value is not ready.
+    """
+
+    __slots__ = ("_error", "_status", "_value", "_wait")
+
+    def __init__(self, wait: Callable[[Callable[[], bool]], None]) -> None:
         self._value: Any = None
         self._error: BaseException | None = None
-        self._status = RemoteValueStatus.NOT_READY
-        # Set by the coordinator: drives its dispatch loop from the fetching thread.
-        self._pump: Callable[[Callable[[], bool]], None] | None = None
+        self._status = _NOT_READY
+        self._wait = wait
 
     @property
     def status(self) -> RemoteValueStatus:
         """NOT_READY, READY, or ABORTED (the function failed or was cancelled)."""
         return self._status
 
+    def _ready(self) -> bool:
+        return self._status is not _NOT_READY
+
     def _set(self, value: Any) -> None:
-        self._value, self._status = value, RemoteValueStatus.READY
-        self._event.set()
+        self._value = value
+        self._status = _READY  # last: a reader that sees the status sees the value
 
     def _fail(self, error: BaseException) -> None:
-        self._error, self._status = error, RemoteValueStatus.ABORTED
-        self._event.set()
+        self._error = error
+        self._status = _ABORTED
 
     def fetch(self) -> Any:
         """Wait for the result and return it (numpy values).
@@ -57,9 +86,8 @@ class RemoteValue:
         Raises:
             The function's error, or `CancelledError` if it never ran.
         """
-        if self._pump is not None and not self._event.is_set():
-            self._pump(self._event.is_set)
-        self._event.wait()
+        if self._status is _NOT_READY:
+            self._wait(self._ready)
         if self._error is not None:
             raise self._error
         return self._value
@@ -76,6 +104,54 @@ class RemoteValue:
 
     def __repr__(self) -> str:
         return f"<RemoteValue {self._status.value}>"
+
+
+class Closure:
+    """A scheduled call: its function's entry, pickled arguments, worker if targeted, value.
+
+    Args:
+        function: The function's `hpcdist.strategies.ps.functions.FunctionEntry`.
+        args: The pickled ``(args, kwargs)``, or None for a call without arguments.
+        worker: The worker it must run on, or None for any.
+        wait: The coordinator's wait (see `RemoteValue`).
+    """
+
+    __slots__ = ("args", "avoid", "function", "remote_value", "sent", "t0", "worker")
+
+    def __init__(self, function: Any, args: bytes | None, worker: int | None, wait: Any) -> None:
+        self.function, self.args, self.worker = function, args, worker
+        self.remote_value = RemoteValue(wait)
+        self.avoid: int | None = None  # a worker not to run it again (it was preempted there)
+        self.t0 = timeline.now() if timeline._recorder is not None else 0.0  # scheduled
+        self.sent = 0.0
+
+    @classmethod
+    def make(
+        cls, entry: Callable[[Any], Any], fn: Any, args: Any, kwargs: Any, worker: Any, wait: Any
+    ) -> Closure:
+        """The closure of ``fn(*args, **kwargs)``; ``entry(fn)`` gives the function's entry.
+
+        Raises:
+            TypeError: ``fn`` is not callable, or it or its arguments cannot be pickled (a
+                `RemoteValue` argument among them).
+        """
+        if not callable(fn):
+            raise TypeError(f"schedule needs a callable, got {type(fn).__name__}")
+        function = entry(fn)
+        if not args and not kwargs:
+            return cls(function, None, worker, wait)
+        args, kwargs = tuple(args or ()), dict(kwargs or {})
+        for leaf in flatten((args, kwargs)):
+            if isinstance(leaf, RemoteValue):
+                raise TypeError(
+                    "a RemoteValue cannot be passed to a scheduled function: call .fetch() "
+                    "on the coordinator and pass the value"
+                )
+        try:
+            blob = cloudpickle.dumps((args, kwargs))
+        except Exception as exc:
+            raise TypeError(f"cannot send the arguments of {fn!r} to the workers: {exc}") from exc
+        return cls(function, blob, worker, wait)
 
 
 class PerWorkerValues:
@@ -117,3 +193,49 @@ class PerWorkerIterator(PerWorkerValues):
 
 def _local_resource(resource: int) -> Any:
     return runtime().resources[resource]
+
+
+def store_resource(resource: int, build: Callable[[], Any], dataset_fn: bool) -> None:
+    """On a worker: keep ``build()`` as its value of ``resource``."""
+    if dataset_fn:
+        with creating_dataset():
+            runtime().resources[resource] = build()
+    else:
+        runtime().resources[resource] = build()
+
+
+def call_dataset_fn(dataset_fn: Callable[..., Any]) -> Any:
+    """On a worker: this worker's dataset from the user's ``dataset_fn``."""
+    strategy = runtime().strategy
+    try:
+        wants_context = len(inspect.signature(dataset_fn).parameters) >= 1
+    except (TypeError, ValueError):
+        wants_context = False
+    if wants_context:
+        return strategy.distribute_datasets_from_function(dataset_fn)
+    dataset = dataset_fn()
+    return getattr(dataset, "_dataset", dataset)  # a distributed dataset: its per-worker data
+
+
+def _iterate(resource: int) -> Any:
+    return iter(runtime().resources[resource])
+
+
+class PerWorkerDataset:
+    """A dataset built on every worker; ``iter()`` gives a per-worker iterator.
+
+    Args:
+        coordinator: The `ClusterCoordinator` that built it.
+        values: Each worker's dataset.
+    """
+
+    def __init__(self, coordinator: Any, values: PerWorkerValues) -> None:
+        self._coordinator = coordinator
+        self._values = values
+
+    def __iter__(self) -> PerWorkerIterator:
+        resource = self._values._resource
+        values = self._coordinator._create_per_worker_resources(
+            functools.partial(_iterate, resource), dataset_fn=False
+        )
+        return PerWorkerIterator(values._resource, values._values)

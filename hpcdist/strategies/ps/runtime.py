@@ -5,17 +5,11 @@ ranks (they expose the variables' memory) and **workers** (they run scheduled fu
 rank holds one `_Runtime`: the control communicator, the RMA segments (`RmaStore`) and the
 caches a worker keeps between scheduled functions.
 
-The coordinator talks to the other ranks with two message tags on the control communicator:
-
-* ``TAG_COMMAND`` (coordinator to ps/worker): ``("segment", sizes)`` creates an RMA segment
-  (collective over the job), ``("run", key, function_blob, args_blob, forget)`` runs a
-  scheduled function on a worker (``function_blob`` is None when the worker holds ``key``; it
-  drops the functions of the keys in ``forget`` afterwards, see
-  `hpcdist.strategies.ps.functions`), ``("stop",)`` ends the job;
-* ``TAG_RESULT`` (worker to coordinator): the pickled ``("ok", value, None)`` or
-  ``("error", exception, traceback_text)`` of each ``run``.
-
-`serve` is the loop of a ps or worker rank: it answers commands until ``stop`` and returns.
+Messages on the control communicator, in full in docs/parameter-server.md: ``TAG_COMMAND``
+(``("segment", sizes)``, ``("batch", items)``, ``("run", *item)``, ``("stop",)``); ``TAG_RESULT``,
+a batch's ``(results, given_back)``, sent at its end or, when an item runs past `WATCH_SECONDS`,
+by a thread that gives back the items after it; ``TAG_CANCEL``: give back the rest of a batch.
+`serve`, the loop of a ps or worker rank, answers commands until ``stop`` and returns.
 """
 
 from __future__ import annotations
@@ -24,7 +18,6 @@ import contextlib
 import itertools
 import pickle
 import signal
-import sys
 import threading
 import time
 import traceback
@@ -32,10 +25,10 @@ from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import cloudpickle
+import numpy as np
 from mpi4py import MPI
 
 from hpcdist import timeline
-from hpcdist.abort import ABORT_EXIT_CODE
 from hpcdist.core.autodiff import Tensor
 from hpcdist.core.variables import Variable
 from hpcdist.data.nest import map_structure
@@ -45,8 +38,10 @@ from hpcdist.strategies.values import DistributedValues
 
 __all__ = [
     "SPIN_SECONDS",
+    "TAG_CANCEL",
     "TAG_COMMAND",
     "TAG_RESULT",
+    "WATCH_SECONDS",
     "coordinator_only",
     "creating_dataset",
     "has_runtime",
@@ -58,8 +53,12 @@ __all__ = [
 
 TAG_COMMAND = 71
 TAG_RESULT = 72
+TAG_CANCEL = 73
+#: A worker whose batch item runs longer than this sends the results the batch has so far.
+WATCH_SECONDS = 0.05
 #: How long a ps or worker rank keeps probing for the next command without sleeping.
 SPIN_SECONDS = 5e-4
+_PLAIN = (int, float, bool, str, bytes, type(None), np.ndarray, np.generic)  # sent as they are
 
 _runtime: _Runtime | None = None
 _creating = threading.local()
@@ -228,8 +227,7 @@ class _Runtime:
     """Communicators, RMA segments and caches of one rank of a parameter-server job.
 
     Args:
-        strategy: The strategy whose ``scope()`` scheduled functions run under (on workers)
-            and which stands for the strategy when one is unpickled.
+        strategy: The strategy scheduled functions run under, and the one unpickled ones get.
         comm: A private communicator over every rank of the job (freed when the job ends).
         roles: Who is who in ``comm``.
         store: This rank's RMA segments over a communicator of its own (freed with it).
@@ -239,9 +237,7 @@ class _Runtime:
     def __init__(
         self, strategy: Any, comm: Any, roles: _Roles, store: Segments, allocator: Any
     ) -> None:
-        self.strategy = strategy
-        self.roles = roles
-        self.ctrl = comm
+        self.strategy, self.roles, self.ctrl = strategy, roles, comm
         self.rank = comm.Get_rank()
         self.is_coordinator = self.rank == roles.coordinator
         self.store = store
@@ -257,6 +253,8 @@ class _Runtime:
         self.lost: dict[int, str] = {}  # coordinator: stuck worker rank -> its function's name
         self._status = MPI.Status()
         self.closed = False
+        self._results, self._back, self._end, self._running = None, 0, 0, 0  # with _reply_lock
+        self._item_start, self._reply_lock, self._watchdog = 0.0, threading.Lock(), None
 
     # -- coordinator --------------------------------------------------------------------------
 
@@ -272,10 +270,7 @@ class _Runtime:
             self.ctrl.send(message, dest=rank, tag=TAG_COMMAND)
 
     def poll_result(self) -> tuple[int, bytes] | None:
-        """``(worker rank, pickled reply)`` of a finished function, or None if none arrived.
-
-        Call from one thread only.
-        """
+        """``(worker rank, pickled reply)`` that arrived, or None (one thread at a time)."""
         if not self.ctrl.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_RESULT, status=self._status):
             return None
         source = self._status.Get_source()
@@ -306,14 +301,6 @@ class _Runtime:
             assert placed is not None
         return placed[0], ps, placed[1]
 
-    def abort_job(self, message: str) -> None:
-        """Coordinator: print ``message`` and abort every rank (``MPI_Abort``); no return."""
-        sys.stderr.write(f"hpcdist: rank {self.rank}: {message}; aborting all ranks\n")
-        sys.stderr.flush()
-        sys.stdout.flush()
-        time.sleep(0.5)  # let the launcher forward the message before every process is killed
-        MPI.COMM_WORLD.Abort(ABORT_EXIT_CODE)
-
     def add_shutdown_hook(self, hook: Callable[[], None]) -> None:
         """Call ``hook()`` first in `shutdown` (e.g. to finish scheduled work)."""
         self._shutdown_hooks.append(hook)
@@ -336,64 +323,107 @@ class _Runtime:
 
     # -- workers ------------------------------------------------------------------------------
 
-    def run(
-        self, key: int, blob: bytes | None, args_blob: bytes, forget: tuple[int, ...] = ()
-    ) -> None:
-        """Run one scheduled function and send back ``("ok", value)`` or ``("error", exc)``.
+    def run_batch(self, items: list[tuple[Any, ...]], single: bool = False) -> None:
+        """Run a ``batch`` (``single``: a ``run``) in order and send the results (see above)."""
+        if len(items) > 1 and self._watchdog is None:
+            self._watchdog = threading.Thread(target=self._watch, daemon=True)
+            self._watchdog.start()
+        coordinator, looked = self.roles.coordinator, time.perf_counter()
+        self._results, self._end, self._back = [], len(items), 0
+        with self.strategy.scope():
+            for i, (key, blob, args_blob, forget) in enumerate(items):
+                with self._reply_lock:  # the watchdog may have given back the items from here
+                    if i >= self._end:
+                        break
+                    self._running, self._item_start = i, time.perf_counter()
+                result = self._run_one(key, blob, args_blob)
+                for old in forget:
+                    self.functions.pop(old, None)
+                with self._reply_lock:
+                    self._results.append(result)
+                    self._item_start = 0.0
+                    if time.perf_counter() - looked > WATCH_SECONDS:
+                        looked = time.perf_counter()
+                        if self.ctrl.Iprobe(source=coordinator, tag=TAG_CANCEL):
+                            self.ctrl.recv(source=coordinator, tag=TAG_CANCEL)
+                            self._back, self._end = self._back + self._end - i - 1, i + 1
+        for key, blob, _, forget in items[self._end :]:  # given back: hold what the record says
+            if blob is not None:
+                with contextlib.suppress(Exception):
+                    self.functions[key] = cloudpickle.loads(blob)
+            for old in forget:
+                self.functions.pop(old, None)
+        with self._reply_lock:
+            self._send_results(single)
+            self._results = None
 
-        Args:
-            key: The function's key (never given to another function).
-            blob: The pickled function, or None when this worker holds ``key`` already.
-            args_blob: The pickled ``(args, kwargs)``.
-            forget: Keys whose functions this worker drops after the run (the coordinator
-                sends them again when needed).
-        """
+    def _send_results(self, single: bool = False) -> None:
+        reply = self._results[0][:3] if single else (self._results, self._back)
+        self.ctrl.send(_dumps_results(reply), self.roles.coordinator, TAG_RESULT)
+        self._results, self._back = [], 0
+
+    def _watch(self) -> None:
+        """Thread: an item runs past `WATCH_SECONDS`: send results so far, give back the rest."""
+        while not self.closed:
+            time.sleep(WATCH_SECONDS)
+            with self._reply_lock:
+                late = self._item_start and time.perf_counter() - self._item_start > WATCH_SECONDS
+                if self._results is not None and late:
+                    self._back += self._end - self._running - 1
+                    self._end = self._running + 1
+                    if self._results or self._back:
+                        self._send_results()
+
+    def _run_one(self, key: int, blob: bytes | None, args_blob: bytes | None) -> tuple:
+        """``(kind, value or exception, traceback or None, seconds)`` of one function."""
+        start = time.perf_counter()
         try:
             if blob is not None:
                 self.functions[key] = cloudpickle.loads(blob)
+                start = time.perf_counter()  # the seconds of the call, not of loading it
             fn = self.functions.get(key)
             if fn is None:
                 raise RuntimeError(
-                    f"worker {self.roles.workers.index(self.rank)} (rank {self.rank}) was asked "
-                    f"to run function #{key} without its pickle, and holds no function under "
-                    f"that key (it holds {len(self.functions)}): the coordinator's record of "
-                    "this worker's functions is wrong"
+                    f"{self._who()} was asked to run function #{key} without its pickle and "
+                    f"holds no such key (only {len(self.functions)} others): the coordinator's "
+                    "record of this worker's functions is wrong"
                 )
-            args, kwargs = pickle.loads(args_blob)
-            traced = (
-                timeline.span("ps", f"run {getattr(fn, '__qualname__', type(fn).__name__)}")
-                if timeline._recorder is not None
-                else contextlib.nullcontext()
-            )
-            with self.strategy.scope(), traced:
-                try:
+            args, kwargs = ((), {}) if args_blob is None else pickle.loads(args_blob)
+            try:
+                if timeline._recorder is None:
                     value = fn(*args, **kwargs)
-                except StopIteration:
-                    raise OutOfRangeError(
-                        f"worker {self.roles.workers.index(self.rank)}: an iterator read in the "
-                        "scheduled function is exhausted (end of its dataset)"
-                    ) from None
-                except SystemExit as exc:  # leaving would strand the coordinator: report it
-                    raise RuntimeError(
-                        f"a scheduled function called sys.exit({exc.code!r}) on worker "
-                        f"{self.roles.workers.index(self.rank)}; workers keep serving"
-                    ) from None
-            reply = _dumps(("ok", _to_host(value), None))
-        except Exception as exc:  # sent to the coordinator, raised there
-            reply = cloudpickle.dumps(("error", _portable(exc), traceback.format_exc()))
-        for old in forget:
-            self.functions.pop(old, None)
-        self.ctrl.send(reply, dest=self.roles.coordinator, tag=TAG_RESULT)
+                else:
+                    name = getattr(fn, "__qualname__", type(fn).__name__)
+                    with timeline.span("ps", f"run {name}"):
+                        value = fn(*args, **kwargs)
+            except StopIteration:
+                raise OutOfRangeError(
+                    f"{self._who()}: an iterator read in the scheduled function is exhausted "
+                    "(end of its dataset)"
+                ) from None
+            except SystemExit as exc:  # leaving would strand the coordinator: report it
+                raise RuntimeError(
+                    f"a scheduled function called sys.exit({exc.code!r}) on {self._who()}; "
+                    "workers keep serving"
+                ) from None
+            return ("ok", _to_host(value), None, time.perf_counter() - start)
+        except Exception as exc:  # sent to the coordinator, raised there (if it unpickles)
+            tb, seconds = traceback.format_exc(), time.perf_counter() - start
+            with contextlib.suppress(Exception):
+                pickle.loads(cloudpickle.dumps(exc))
+                return ("error", exc, tb, seconds)
+            return ("error", RuntimeError(f"{type(exc).__name__}: {exc}"), tb, seconds)
+
+    def _who(self) -> str:
+        return f"worker {self.roles.workers.index(self.rank)} (rank {self.rank})"
 
 
 def serve(rt: _Runtime | None = None) -> None:
     """Run the coordinator's commands on this ps or worker rank until it stops the job.
 
-    Returns after ``("stop",)``, once this rank's windows and communicators are freed. The
-    calling process is then done with the job; `ParameterServerStrategy` ends it.
-
-    SIGUSR2 (Slurm's preemption warning) is ignored here when called on the main thread: the
-    coordinator handles it (checkpoint, then stop every rank).
+    Returns after ``("stop",)``, once this rank's windows and communicators are freed (then
+    `ParameterServerStrategy` ends the process). SIGUSR2 (Slurm's preemption warning) is
+    ignored on the main thread: the coordinator handles it (checkpoint, then stop every rank).
 
     Args:
         rt: The runtime to serve; by default this process's (`runtime`).
@@ -410,9 +440,8 @@ def serve(rt: _Runtime | None = None) -> None:
     last = time.perf_counter()
     while True:
         if not rt.ctrl.Iprobe(source=source, tag=TAG_COMMAND):
-            # Probing keeps MPI progressing. Right after a command the next one usually follows
-            # within microseconds: keep probing for SPIN_SECONDS, then sleep between probes,
-            # longer and longer up to 1 ms, so that an idle rank leaves the CPU.
+            # Probing keeps MPI progressing. The next command often follows within microseconds:
+            # probe for SPIN_SECONDS, then sleep longer and longer, up to 1 ms, between probes.
             quiet = time.perf_counter() - last
             if quiet > SPIN_SECONDS:
                 time.sleep(min(1e-3, quiet / 8))
@@ -421,9 +450,13 @@ def serve(rt: _Runtime | None = None) -> None:
         kind = message[0]
         if kind == "segment":
             rt.store.create_segment(message[1])
+        elif kind == "batch":
+            rt.run_batch(message[1])
         elif kind == "run":
-            rt.run(*message[1:])
+            rt.run_batch([(*message[1:], ())[:4]], single=True)
         elif kind == "stop":
+            while rt.ctrl.Iprobe(source=source, tag=TAG_CANCEL):  # came after its batch ended
+                rt.ctrl.recv(source=source, tag=TAG_CANCEL)
             break
         last = time.perf_counter()
     rt.close()
@@ -431,6 +464,8 @@ def serve(rt: _Runtime | None = None) -> None:
 
 def _to_host(value: Any) -> Any:
     """Plain numpy values of a function's result (tensors and variables read)."""
+    if isinstance(value, _PLAIN):
+        return value
 
     def leaf(v: Any) -> Any:
         if isinstance(v, Tensor):
@@ -444,18 +479,22 @@ def _to_host(value: Any) -> Any:
     return map_structure(leaf, value)
 
 
-def _portable(exc: BaseException) -> BaseException:
-    """``exc`` if it survives pickling, else a RuntimeError carrying its text."""
-    try:
-        pickle.loads(cloudpickle.dumps(exc))
-        return exc
-    except Exception:
-        return RuntimeError(f"{type(exc).__name__}: {exc}")
-
-
 def _dumps(message: Any) -> bytes:
     """``pickle`` (fast, C) for plain results; cloudpickle for what only it can send."""
-    try:
+    with contextlib.suppress(Exception):
         return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:
-        return cloudpickle.dumps(message)
+    return cloudpickle.dumps(message)
+
+
+def _dumps_results(reply: Any) -> bytes:
+    """The pickled reply; a result that cannot be sent becomes its item's error."""
+    with contextlib.suppress(Exception):
+        return _dumps(reply)
+    results = reply[0] if isinstance(reply[0], list) else [reply]
+    for i, item in enumerate(results):
+        try:
+            _dumps(item)
+        except Exception as exc:
+            error = RuntimeError(f"the result of a scheduled function cannot be sent: {exc}")
+            results[i] = ("error", error, traceback.format_exc(), *item[3:])
+    return _dumps(reply if isinstance(reply[0], list) else results[0])
