@@ -73,6 +73,7 @@ if TYPE_CHECKING:
         add,
         add_n,
         cast,
+        clip_by_value,
         divide,
         equal,
         exp,
@@ -97,6 +98,7 @@ if TYPE_CHECKING:
         tanh,
     )
     from hpcdist.core.tensors import constant, convert_to_tensor
+    from hpcdist.data import InputContext, InputOptions
     from hpcdist.strategies import (
         CentralStorageStrategy,
         ClusterCoordinator,
@@ -180,6 +182,7 @@ _MATH = [
     "add",
     "add_n",
     "cast",
+    "clip_by_value",
     "divide",
     "equal",
     "exp",
@@ -220,6 +223,7 @@ _NAMES = {
     **dict.fromkeys(_DTYPES, "hpcdist.core.dtypes"),
     **dict.fromkeys(_MATH, "hpcdist.core.math_ops"),
     **dict.fromkeys(["constant", "convert_to_tensor"], "hpcdist.core.tensors"),
+    **dict.fromkeys(["InputContext", "InputOptions"], "hpcdist.data"),
     **dict.fromkeys(["Function", "function"], "hpcdist.tfcore.function"),
     "Variable": "hpcdist.tfcore.variable",
     **dict.fromkeys(
@@ -273,6 +277,8 @@ __all__ = [
     "GradientTape",
     "HierarchicalCopyAllReduce",
     "IndexedSlices",
+    "InputContext",
+    "InputOptions",
     "Mirrored",
     "MirroredStrategy",
     "MirroredVariable",
@@ -302,6 +308,7 @@ __all__ = [
     "bool",
     "cast",
     "checkpoint",
+    "clip_by_value",
     "cluster",
     "comm",
     "complex64",

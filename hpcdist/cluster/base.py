@@ -129,6 +129,11 @@ class ClusterResolver(abc.ABC):
     _task_id: int | None = None
 
     @property
+    def environment(self) -> str:
+        """The environment the cluster runs in; ``""`` (TF's default for its resolvers)."""
+        return ""
+
+    @property
     def task_type(self) -> str | None:
         """This process's job name (assignable, as in TF)."""
         return self._task_type

@@ -135,6 +135,10 @@ class SlurmClusterResolver(ClusterResolver):
         if auto_set_gpu and self._gpus_per_task > 0 and self.task_gpus is not None:
             os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(self.task_gpus)
 
+    def get_task_info(self) -> tuple[str, int]:
+        """``(task_type, task_id)`` of this task (TF's ``SlurmClusterResolver.get_task_info``)."""
+        return self.task_type, self.task_id
+
     def _resolve_node_and_local_id(self) -> tuple[int, int]:
         """``SLURM_NODEID`` and ``SLURM_LOCALID``, else the block layout's; both in range."""
         node = _optional_int_var("SLURM_NODEID")

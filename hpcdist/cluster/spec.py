@@ -53,8 +53,8 @@ class ClusterSpec:
             cluster = cluster.as_dict()
         if cluster is None:
             cluster = {}
-        if not isinstance(cluster, Mapping):
-            raise ClusterConfigError(
+        if not isinstance(cluster, Mapping):  # TF: TypeError
+            raise TypeError(
                 f"cluster must be a dict of job name -> tasks, got {type(cluster).__name__}"
             )
         self._jobs: dict[str, dict[int, str]] = {}
@@ -69,8 +69,8 @@ class ClusterSpec:
             items = list(tasks.items())
         elif isinstance(tasks, (list, tuple)):
             items = list(enumerate(tasks))
-        else:
-            raise ClusterConfigError(
+        else:  # TF: TypeError
+            raise TypeError(
                 f"tasks of job {job!r} must be a list of addresses or a dict "
                 f"{{index: address}}, got {type(tasks).__name__}"
             )
@@ -151,10 +151,13 @@ class ClusterSpec:
         return dense
 
     def as_dict(self) -> dict[str, list[str] | dict[int, str]]:
-        """Return ``{job: [addresses]}``, or ``{job: {index: address}}`` for sparse jobs."""
+        """Return ``{job: [addresses]}``, or ``{job: {index: address}}`` for sparse jobs.
+
+        A job without tasks is ``{}`` (TF's form).
+        """
         out: dict[str, list[str] | dict[int, str]] = {}
         for job, tasks in self._jobs.items():
-            if list(tasks) == list(range(len(tasks))):
+            if tasks and list(tasks) == list(range(len(tasks))):
                 out[job] = list(tasks.values())
             else:
                 out[job] = dict(tasks)

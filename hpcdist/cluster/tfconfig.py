@@ -70,7 +70,7 @@ class TFConfigClusterResolver(ClusterResolver):
         cluster = self._config().get("cluster", {})
         try:
             spec = ClusterSpec(cluster)
-        except ClusterConfigError as exc:
+        except (ClusterConfigError, TypeError) as exc:
             raise ClusterConfigError(f"TF_CONFIG cluster is invalid: {exc}") from None
         _check_cluster(spec, cluster)
         return spec
@@ -91,6 +91,11 @@ class TFConfigClusterResolver(ClusterResolver):
                 f"TF_CONFIG task index {task_id!r} is not a task of job {task_type!r} "
                 f"(tasks {spec.task_indices(task_type)})"
             )
+
+    @property
+    def environment(self) -> str | None:
+        """``TF_CONFIG["environment"]`` (e.g. ``"cloud"``), else None (TF's property)."""
+        return self._config().get("environment")
 
     @property
     def task_type(self) -> str | None:

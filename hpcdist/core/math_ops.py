@@ -20,6 +20,7 @@ __all__ = [
     "add",
     "add_n",
     "cast",
+    "clip_by_value",
     "divide",
     "equal",
     "exp",
@@ -250,6 +251,20 @@ def relu(a: Any) -> Tensor:
     a = _tensor(a)
     mask = a.value > 0
     return record(a.value * mask, (a,), lambda g: (g * mask,))
+
+
+def clip_by_value(a: Any, clip_value_min: float, clip_value_max: float) -> Tensor:
+    """``a`` limited to ``[clip_value_min, clip_value_max]``.
+
+    The gradient passes where ``a`` lies inside the bounds (bounds included) and is 0 outside,
+    as TF's ``clip_by_value``: a probability clipped at 0 or 1 gets no gradient.
+    """
+    a = _tensor(a)
+    xp = array_module(a.value)
+    lo = xp.asarray(clip_value_min, dtype=a.dtype)
+    hi = xp.asarray(clip_value_max, dtype=a.dtype)
+    inside = (a.value >= lo) & (a.value <= hi)
+    return record(xp.clip(a.value, lo, hi), (a,), lambda g: (g * inside,))
 
 
 def maximum(a: Any, b: Any) -> Tensor:

@@ -130,7 +130,8 @@ class Dataset:
 
         card = self._cardinality
         if forever:
-            card = 0 if card == 0 else (INFINITE if card != UNKNOWN else UNKNOWN)
+            # TF: repeating an unknown (but not empty) dataset for ever is INFINITE too.
+            card = 0 if card == 0 else INFINITE
         elif card >= 0:
             card *= count
         return self._derive(make, card)

@@ -39,11 +39,10 @@ def compute_average_loss(
         A scalar `hpcdist.nn.Tensor` (differentiable under a `GradientTape`).
 
     Raises:
-        RuntimeError: Called in cross-replica context.
+        RuntimeError: Called in cross-replica context without ``global_batch_size``.
         ValueError: ``per_example_loss`` is a scalar, or ``global_batch_size`` is not a
-            positive integer.
+            non-negative integer (0 gives 0, as TF's ``div_no_nan``).
     """
-    _check_replica_context("compute_average_loss")
     loss = as_tensor(per_example_loss)
     if loss.ndim == 0:
         raise ValueError(
@@ -53,12 +52,16 @@ def compute_average_loss(
     if sample_weight is not None:
         loss = ops.multiply(loss, np.asarray(sample_weight))
     if global_batch_size is None:
+        # Only the default needs the replica context (TF's rule): it counts the replicas.
+        _check_replica_context("compute_average_loss")
         global_batch_size = loss.shape[0] * context.get_strategy().num_replicas_in_sync
     elif isinstance(global_batch_size, bool) or not isinstance(
         global_batch_size, (int, np.integer)
     ):
         raise ValueError(f"global_batch_size must be an integer, got {global_batch_size!r}")
-    if global_batch_size <= 0:
+    if global_batch_size < 0:
+        raise ValueError(f"global_batch_size must be non-negative, got {global_batch_size}")
+    if global_batch_size == 0:
         return ops.multiply(ops.reduce_sum(loss), 0.0)
     return ops.divide(ops.reduce_sum(loss), float(global_batch_size))
 

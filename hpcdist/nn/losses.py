@@ -1,10 +1,14 @@
 """Losses (Keras): per-example values, then a reduction.
 
 Reductions: ``"auto"`` / ``"sum_over_batch_size"`` (mean over this replica's batch, as in Keras
-3), ``"sum"`` and ``"none"``, also as `Reduction` constants (``Reduction.NONE``). Under a
-strategy, `Model.fit` turns per-example losses into the global-batch mean itself
-(`hpcdist.nn.compute_average_loss`); in a custom loop use ``reduction="none"`` and
-`compute_average_loss`, as TF recommends.
+3), ``"sum"`` and ``"none"``, also as `Reduction` constants (``Reduction.NONE``). Keras 3's rules
+throughout: sample weights are shaped against the losses by ``squeeze_or_expand_to_same_rank``,
+the mean divides by the number of weighted values, a scalar loss is returned as it is, and the
+mean is divided by the current strategy's ``num_replicas_in_sync`` (so the gradients that
+replicas sum are those of the global mean, also in a custom loop that never calls
+`compute_average_loss`). `Model.fit` turns per-example losses into the global-batch mean itself
+(`hpcdist.nn.compute_average_loss`). Probabilities are clipped to ``[1e-7, 1 - 1e-7]`` before
+their logarithm (no gradient flows through a clipped value), as Keras does.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from hpcdist.core import context
 from hpcdist.core import math_ops as ops
 from hpcdist.core.autodiff import Tensor, as_tensor
 from hpcdist.nn.activations import logits_of
@@ -25,7 +30,12 @@ __all__ = [
     "MeanSquaredError",
     "Reduction",
     "SparseCategoricalCrossentropy",
+    "as_loss",
+    "binary_crossentropy",
+    "categorical_crossentropy",
     "get",
+    "mean_squared_error",
+    "sparse_categorical_crossentropy",
 ]
 
 
@@ -51,7 +61,8 @@ class Loss:
     """Base class: ``loss(y_true, y_pred, sample_weight=None)``.
 
     Args:
-        reduction: ``"auto"``, ``"sum_over_batch_size"``, ``"sum"`` or ``"none"``.
+        reduction: ``"auto"``, ``"sum_over_batch_size"``, ``"sum"`` or ``"none"`` (also
+            ``None``, as in Keras 3).
         name: Name.
 
     Raises:
@@ -59,8 +70,8 @@ class Loss:
     """
 
     def __init__(self, reduction: str | None = "auto", name: str | None = None) -> None:
-        if reduction is None:
-            reduction = "auto"
+        if reduction is None:  # Keras 3: None means no reduction
+            reduction = "none"
         if reduction not in _REDUCTIONS:
             raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
         self.reduction = reduction
@@ -78,17 +89,39 @@ class Loss:
         losses = self.per_example(y_true, y_pred)
         if sample_weight is not None:
             weights = as_array_like(sample_weight, losses.value, losses.dtype)
+            losses, weights = _squeeze_or_expand(losses, weights)
             losses = ops.multiply(losses, weights)
-        if self.reduction == "none":
+        if self.reduction == "none" or losses.shape in ((), (0,)):
             return losses
         total = ops.reduce_sum(losses)
         if self.reduction == "sum":
             return total
-        return ops.divide(total, max(losses.shape[0] if losses.ndim else 1, 1))
+        mean = ops.divide(total, float(max(losses.value.size, 1)))
+        replicas = context.get_strategy().num_replicas_in_sync
+        return ops.multiply(mean, 1.0 / replicas) if replicas > 1 else mean
+
+
+def _squeeze_or_expand(losses: Tensor, weights: Any) -> tuple[Tensor, Any]:
+    """Keras' ``squeeze_or_expand_to_same_rank``: a trailing axis of 1 joins the other side."""
+    if weights.ndim == losses.ndim + 1 and weights.shape[-1] == 1:
+        if losses.ndim == 1:
+            return ops.reshape(losses, (*losses.shape, 1)), weights
+        return losses, weights[..., 0]
+    if losses.ndim == weights.ndim + 1 and losses.shape[-1] == 1:
+        if weights.ndim == 1:
+            return losses, weights[..., None]
+        return ops.reshape(losses, losses.shape[:-1]), weights
+    return losses, weights
+
+
+def _clip_probabilities(p: Tensor) -> Tensor:
+    """``p`` in ``[1e-7, 1 - 1e-7]`` (Keras' ``clip_by_value`` before a logarithm)."""
+    return ops.clip_by_value(p, _EPS, 1.0 - _EPS)
 
 
 def _mean_last(x: Tensor) -> Tensor:
-    return ops.reduce_mean(x, axis=-1) if x.ndim > 1 else x
+    """Mean over the last axis (Keras: 1-D targets and predictions are one sample)."""
+    return ops.reduce_mean(x, axis=-1) if x.ndim >= 1 else x
 
 
 def _same_rank(y_true: Any, y_pred: Tensor, name: str) -> Any:
@@ -149,7 +182,7 @@ class BinaryCrossentropy(Loss):
             # max(z, 0) - z*y + log(1 + exp(-|z|)) == softplus(z) - z*y
             loss = ops.subtract(ops.softplus(y_pred), ops.multiply(y_pred, y))
         else:
-            p = ops.add(ops.multiply(y_pred, 1 - 2 * _EPS), _EPS)
+            p = _clip_probabilities(y_pred)
             loss = ops.negative(
                 ops.add(
                     ops.multiply(ops.log(p), y), ops.multiply(ops.log(ops.subtract(1.0, p)), 1 - y)
@@ -175,7 +208,7 @@ class CategoricalCrossentropy(Loss):
         if self.from_logits or logits is not None:  # a softmax's output: from its input
             return ops.log_softmax(y_pred if logits is None else logits, axis=-1)
         total = ops.reduce_sum(y_pred, axis=-1, keepdims=True)
-        return ops.log(ops.add(ops.divide(y_pred, total), _EPS))
+        return ops.log(_clip_probabilities(ops.divide(y_pred, total)))
 
     def per_example(self, y_true: np.ndarray, y_pred: Tensor) -> Tensor:
         """``-sum(y_true * log p)``."""
@@ -192,6 +225,13 @@ class SparseCategoricalCrossentropy(CategoricalCrossentropy):
     def __init__(self, from_logits: bool = False, **kwargs: Any) -> None:
         Loss.__init__(self, **kwargs)  # reduction and name only: no label_smoothing
         self.from_logits = from_logits
+
+    def _log_probs(self, y_pred: Tensor) -> Tensor:
+        logits = None if self.from_logits else logits_of(y_pred)
+        if self.from_logits or logits is not None:
+            return ops.log_softmax(y_pred if logits is None else logits, axis=-1)
+        # Keras: the clipped probabilities' logarithms are the logits of a softmax.
+        return ops.log_softmax(ops.log(_clip_probabilities(y_pred)), axis=-1)
 
     def per_example(self, y_true: np.ndarray, y_pred: Tensor) -> Tensor:
         """``-log p[label]``.
@@ -210,32 +250,94 @@ class SparseCategoricalCrossentropy(CategoricalCrossentropy):
         return ops.negative(ops.getitem(log_probs, (rows, labels)))
 
 
-_BY_NAME = {
-    "mse": MeanSquaredError,
-    "mean_squared_error": MeanSquaredError,
-    "binary_crossentropy": BinaryCrossentropy,
-    "categorical_crossentropy": CategoricalCrossentropy,
-    "sparse_categorical_crossentropy": SparseCategoricalCrossentropy,
+def mean_squared_error(y_true: Any, y_pred: Any) -> Tensor:
+    """Per-sample mean squared error (``keras.losses.mean_squared_error``)."""
+    return MeanSquaredError(reduction="none")(y_true, y_pred)
+
+
+def binary_crossentropy(
+    y_true: Any, y_pred: Any, from_logits: bool = False, label_smoothing: float = 0.0
+) -> Tensor:
+    """Per-sample binary cross-entropy (``keras.losses.binary_crossentropy``)."""
+    loss = BinaryCrossentropy(from_logits, label_smoothing, reduction="none")
+    return loss(y_true, y_pred)
+
+
+def categorical_crossentropy(
+    y_true: Any, y_pred: Any, from_logits: bool = False, label_smoothing: float = 0.0
+) -> Tensor:
+    """Per-sample categorical cross-entropy (``keras.losses.categorical_crossentropy``)."""
+    loss = CategoricalCrossentropy(from_logits, label_smoothing, reduction="none")
+    return loss(y_true, y_pred)
+
+
+def sparse_categorical_crossentropy(y_true: Any, y_pred: Any, from_logits: bool = False) -> Tensor:
+    """Per-sample cross-entropy of integer labels (Keras' function of that name)."""
+    return SparseCategoricalCrossentropy(from_logits, reduction="none")(y_true, y_pred)
+
+
+# Keras names: functions (per-sample values) and classes.
+_FUNCTIONS = {
+    "mse": mean_squared_error,
+    "MSE": mean_squared_error,
+    "mean_squared_error": mean_squared_error,
+    "binary_crossentropy": binary_crossentropy,
+    "categorical_crossentropy": categorical_crossentropy,
+    "sparse_categorical_crossentropy": sparse_categorical_crossentropy,
+}
+_CLASSES = {
+    cls.__name__: cls
+    for cls in (
+        MeanSquaredError,
+        BinaryCrossentropy,
+        CategoricalCrossentropy,
+        SparseCategoricalCrossentropy,
+    )
+}
+# For `Model.compile`: a name becomes the class whose per-example values the function gives.
+_FUNCTION_CLASSES = {
+    mean_squared_error: MeanSquaredError,
+    binary_crossentropy: BinaryCrossentropy,
+    categorical_crossentropy: CategoricalCrossentropy,
+    sparse_categorical_crossentropy: SparseCategoricalCrossentropy,
 }
 
 
-def get(identifier: Any) -> Loss:
-    """A loss from an instance or a Keras name (``"mse"``, ``"sparse_categorical_crossentropy"``).
+def get(identifier: Any) -> Any:
+    """Keras' ``losses.get``: a function name gives the function, a class name an instance.
+
+    ``get("mse")`` is `mean_squared_error` (per-sample values), ``get("MeanSquaredError")``
+    a `MeanSquaredError`; a callable is returned as it is.
 
     Raises:
         ValueError: Unknown name.
     """
-    if isinstance(identifier, Loss):
+    if identifier is None or isinstance(identifier, Loss) or callable(identifier):
         return identifier
-    if callable(identifier):
-        fn = identifier
+    name = str(identifier)
+    if name in _FUNCTIONS:
+        return _FUNCTIONS[name]
+    if name in _CLASSES:
+        return _CLASSES[name]()
+    known = sorted([*_FUNCTIONS, *_CLASSES])
+    raise ValueError(f"unknown loss {identifier!r}; known: {known}")
 
-        class _Wrapped(Loss):
-            def per_example(self, y_true: np.ndarray, y_pred: Tensor) -> Tensor:
-                return as_tensor(fn(y_true, y_pred))
 
-        return _Wrapped(name=getattr(fn, "__name__", "loss"))
-    try:
-        return _BY_NAME[str(identifier).lower()]()
-    except KeyError:
-        raise ValueError(f"unknown loss {identifier!r}; known: {sorted(_BY_NAME)}") from None
+def as_loss(identifier: Any) -> Loss:
+    """A `Loss` for ``Model.compile``: an instance, a Keras name or a per-sample function.
+
+    Raises:
+        ValueError: Unknown name.
+    """
+    found = get(identifier)
+    if isinstance(found, Loss):
+        return found
+    if found in _FUNCTION_CLASSES:
+        return _FUNCTION_CLASSES[found]()
+    fn = found
+
+    class _Wrapped(Loss):
+        def per_example(self, y_true: np.ndarray, y_pred: Tensor) -> Tensor:
+            return as_tensor(fn(y_true, y_pred))
+
+    return _Wrapped(name=getattr(fn, "__name__", "loss"))

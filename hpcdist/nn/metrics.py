@@ -181,7 +181,7 @@ class BinaryAccuracy(Metric):
         """Threshold, then compare."""
         p = _array(y_pred) > self.threshold
         t = _array(y_true).reshape(p.shape) > 0.5
-        self._accumulate((p == t).mean(axis=-1) if p.ndim > 1 else (p == t), sample_weight)
+        self._accumulate(p == t, sample_weight)  # per element: weights may be too (Keras)
 
 
 class CategoricalAccuracy(Metric):

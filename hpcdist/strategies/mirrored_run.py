@@ -91,7 +91,11 @@ class _ThreadReplicaContext(ReplicaContext):
         return t.merge_result
 
 
-def _group(values: list[Any]) -> Any:
+def group_replica_values(values: list[Any]) -> Any:
+    """The replicas' values of one leaf, regrouped as TF does.
+
+    The object itself when every replica has the same one, else a `PerReplica`.
+    """
     first = values[0]
     if all(v is first for v in values):
         return first
@@ -147,9 +151,11 @@ def _merge(strategy: Strategy, threads: list[_ReplicaThread]) -> None:
     nargs = {len(t.merge_request[1]) for t in threads}
     if len(nargs) != 1:
         raise RuntimeError("local replicas called merge_call with different argument counts")
-    args = tuple(_group([t.merge_request[1][i] for t in threads]) for i in range(nargs.pop()))
+    args = tuple(
+        group_replica_values([t.merge_request[1][i] for t in threads]) for i in range(nargs.pop())
+    )
     keys = threads[0].merge_request[2].keys()
-    kwargs = {k: _group([t.merge_request[2][k] for t in threads]) for k in keys}
+    kwargs = {k: group_replica_values([t.merge_request[2][k] for t in threads]) for k in keys}
     context.push(strategy, None)
     try:
         result = merge_fn(strategy, *args, **kwargs)

@@ -22,7 +22,7 @@ from hpcdist.core.variables import LocalStorage
 from hpcdist.data.nest import flatten, map_structure
 from hpcdist.strategies.cross_device_ops import CrossDeviceOps, ReductionToOneDevice
 from hpcdist.strategies.input import DatasetsFromFunction, DistributedDataset
-from hpcdist.strategies.mirrored_run import run_local_replicas
+from hpcdist.strategies.mirrored_run import group_replica_values, run_local_replicas
 from hpcdist.strategies.replica_context import ReplicaContext, _check_axis
 from hpcdist.strategies.values import DistributedValues, PerReplica, local_results
 from hpcdist.strategies.variables import (
@@ -196,13 +196,15 @@ class Strategy:
         """Run ``fn`` on each local replica; per-replica arguments are unwrapped.
 
         Returns:
-            The replica's result with one local replica, else a `PerReplica` per leaf.
+            The replica's result with one local replica, else a `PerReplica` per leaf; a leaf
+            that is the same object on every replica (a variable, a Python number) is returned
+            as it is (TF's regrouping).
 
         Raises:
-            TypeError: ``args`` is not a tuple or list.
+            ValueError: ``args`` is not a tuple or list (TF raises ValueError too).
         """
         if not isinstance(args, (tuple, list)):
-            raise TypeError(
+            raise ValueError(
                 f"`args` to strategy.run must be a tuple or list, got {type(args).__name__}"
             )
         kwargs = kwargs or {}
@@ -224,7 +226,7 @@ class Strategy:
             finally:
                 context.pop()
         results = run_local_replicas(self, fn, per_replica)
-        return map_structure(lambda *vs: PerReplica(vs), *results)
+        return map_structure(lambda *vs: group_replica_values(list(vs)), *results)
 
     def experimental_local_results(self, value: Any) -> tuple[Any, ...]:
         """The components of ``value`` on this worker's replicas, one per local replica.

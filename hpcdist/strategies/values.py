@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 __all__ = ["DistributedValues", "Mirrored", "PerReplica", "local_results"]
 
 
@@ -38,7 +40,16 @@ class PerReplica(DistributedValues):
 
 
 class Mirrored(DistributedValues):
-    """The same value on every replica."""
+    """The same value on every replica; reads as its first component (``numpy()``, arrays)."""
+
+    def numpy(self) -> Any:
+        """The value (the first replica's copy), as TF's ``Mirrored.numpy``."""
+        first = self._values[0]
+        return first.numpy() if hasattr(first, "numpy") else np.asarray(first)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        value = np.asarray(self.numpy())
+        return value if dtype is None else value.astype(dtype)
 
 
 def local_results(value: Any) -> tuple[Any, ...]:

@@ -23,7 +23,7 @@ from hpcdist.core.variables import (
     unique_name,
     variable_options,
 )
-from hpcdist.strategies.values import PerReplica, local_results
+from hpcdist.strategies.values import Mirrored, PerReplica, local_results
 from hpcdist.utils.xp import as_array, to_numpy
 
 if TYPE_CHECKING:
@@ -150,17 +150,25 @@ class MirroredVariable(_DistributedVariable):
     def assign(self, value: Any, read_value: bool = True) -> Any:
         """Set the value (aggregated across replicas in replica context)."""
         self._update(value, is_delta=False)
-        return self.read_value() if read_value else None
+        return self._updated(read_value)
 
     def assign_add(self, delta: Any, read_value: bool = True) -> Any:
         """Add ``delta`` (aggregated across replicas in replica context)."""
         self._update(delta, is_delta=True)
-        return self.read_value() if read_value else None
+        return self._updated(read_value)
 
     def assign_sub(self, delta: Any, read_value: bool = True) -> Any:
         """Subtract ``delta`` (aggregated across replicas in replica context)."""
         self._update(delta, is_delta=True, negate=True)
-        return self.read_value() if read_value else None
+        return self._updated(read_value)
+
+    def _updated(self, read_value: bool) -> Any:
+        """An update's result: across several local copies a `Mirrored` of them (TF's)."""
+        if not read_value:
+            return None
+        if self._local_index() is None and len(self._storage) > 1:
+            return Mirrored([s.read().copy() for s in self._storage])
+        return self.read_value()
 
 
 def _merge_update(
@@ -221,12 +229,31 @@ class SyncOnReadVariable(_DistributedVariable):
         return self.read_value() if read_value else None
 
     def assign_add(self, delta: Any, read_value: bool = True) -> Any:
-        """Add to this replica's copy (replica context) or to the aggregate (cross-replica)."""
+        """Add to this replica's copy (replica context) or to every copy (cross-replica).
+
+        Raises:
+            ValueError: Cross-replica, with aggregation SUM (TF's rule: which copy would the
+                delta go to?).
+        """
+        return self._add(as_array(delta, self.dtype), "assign_add", read_value)
+
+    def assign_sub(self, delta: Any, read_value: bool = True) -> Any:
+        """``assign_add`` of ``-delta`` (same rules)."""
+        return self._add(-as_array(delta, self.dtype), "assign_sub", read_value)
+
+    def _add(self, delta: np.ndarray, op: str, read_value: bool) -> Any:
         index = self._local_index()
         if index is not None:
-            self._storage[index].add(as_array(delta, self.dtype))
-            return self.read_value() if read_value else None
-        return self.assign(self._value() + to_numpy(delta), read_value)
+            self._storage[index].add(delta)
+        elif self.aggregation is VariableAggregation.SUM:
+            raise ValueError(
+                f"SyncOnReadVariable does not support `{op}` in cross-replica context when "
+                f"aggregation is set to `tf.VariableAggregation.SUM` (variable {self.name!r})."
+            )
+        else:
+            for storage in self._storage:
+                storage.add(delta)
+        return self.read_value() if read_value else None
 
 
 def create_variable(

@@ -81,7 +81,7 @@ def test_bad_arguments_raise_on_every_rank(strategy):
     value = np.ones((2, 2)) if r != n - 1 else np.ones(2)
     with pytest.raises(ValueError):
         strategy.reduce("sum", value, axis=1)
-    with pytest.raises(TypeError, match="tuple or list"):
+    with pytest.raises(ValueError, match="tuple or list"):
         strategy.run(lambda x: x, args=5)
     assert np.allclose(strategy.reduce("sum", np.ones(1), axis=None), n)
 

@@ -90,7 +90,9 @@ def test_loss_values_match_their_definitions():
     expected = -np.mean(log_p[[0, 1], y])
     scce = losses.SparseCategoricalCrossentropy(from_logits=True)
     assert np.isclose(scce(y, logits).numpy(), expected)
-    assert np.isclose(losses.get("mse")(np.ones((2, 2)), np.zeros((2, 2))).numpy(), 1.0)
+    # Keras: get("mse") is the per-sample function, get("MeanSquaredError") a mean-reducing loss
+    np.testing.assert_allclose(losses.get("mse")(np.ones((2, 2)), np.zeros((2, 2))).numpy(), [1, 1])
+    assert np.isclose(losses.get("MeanSquaredError")(np.ones((2, 2)), np.zeros((2, 2))).numpy(), 1)
     assert np.isclose(
         losses.MeanSquaredError(reduction="sum")(np.ones((2, 2)), np.zeros((2, 2))).numpy(), 2.0
     )

@@ -27,8 +27,10 @@ def test_cluster_spec_errors():
         ClusterSpec({"worker": {"x": "a"}})
     with pytest.raises(ClusterConfigError, match="must be a string"):
         ClusterSpec({"worker": [1]})
-    with pytest.raises(ClusterConfigError, match="list of addresses"):
+    with pytest.raises(TypeError, match="list of addresses"):  # TF's TypeError
         ClusterSpec({"worker": "a"})
+    with pytest.raises(TypeError, match="must be a dict"):
+        ClusterSpec(["a:1"])
 
 
 @pytest.mark.parametrize("index", [0.5, 1.0, True, "1.5", "-1", -1, None])

@@ -57,7 +57,7 @@ def test_experimental_set_strategy():
 
 def test_run_args_and_reduce_single_replica():
     s = hd.OneDeviceStrategy("cpu:0")
-    with pytest.raises(TypeError, match="tuple or list"):
+    with pytest.raises(ValueError, match="tuple or list"):
         s.run(lambda x: x, args=np.ones(3))
     out = s.run(lambda x, y=0: x + y, args=(np.arange(3),), kwargs={"y": 1})
     assert out.tolist() == [1, 2, 3]
