@@ -373,13 +373,18 @@ class GradientTape:
             else:
                 self._watched.add(id(item))
 
-    def gradient(self, target: Any, sources: Any, output_gradients: Any = None) -> Any:
+    def gradient(
+        self, target: Any, sources: Any, output_gradients: Any = None, on_final: Any = None
+    ) -> Any:
         """Gradients of ``target`` with respect to ``sources`` (None where unconnected).
 
         Args:
             target: A `Tensor` (non-scalar targets are summed, as in TF).
             sources: A variable or tensor, or a list/tuple of them.
             output_gradients: Gradient of ``target`` (default ones).
+            on_final: ``on_final(i, grad)`` is called in the backward pass once the dense
+                gradient of ``sources[i]`` is final (the last layer's first); ``grad`` is the
+                array returned for it. Sparse and None gradients are not reported (not in TF).
 
         Raises:
             RuntimeError: A non-persistent tape was already used.
@@ -399,10 +404,13 @@ class GradientTape:
             if output_gradients is None
             else as_array_like(output_gradients, target.value, target.value.dtype)
         )
-        by_tensor, sparse = _backpropagate(target, seed)
+        keys = [  # a variable leaf's gradient is its variable's
+            id(s.source if isinstance(s, Tensor) and s.source is not None else s)
+            for s in source_list
+        ]
+        by_tensor, sparse = _backpropagate(target, seed, keys, on_final)
         out = []
-        for s in source_list:
-            key = id(s.source) if isinstance(s, Tensor) and s.source is not None else id(s)
+        for s, key in zip(source_list, keys, strict=True):
             grad = by_tensor.get(key)
             pieces = sparse.get(id(s))
             if pieces:
@@ -417,8 +425,30 @@ class GradientTape:
         return out[0] if single else out
 
 
+def _final_positions(order: list[Tensor], keys: Sequence[int]) -> dict[int, list[tuple]]:
+    """Per walk step, the ``(key, nodes, indices in keys)`` final there (leaves: after use)."""
+    wanted: dict[int, list[int]] = {}
+    for index, key in enumerate(keys):
+        wanted.setdefault(key, []).append(index)
+    last_use: dict[int, int] = {}
+    final: dict[int, tuple[int, list[int]]] = {}
+    sparse = {id(n.source.variable) for n in order if isinstance(n.source, RowsOf)}
+    for position, node in enumerate(order):
+        last_use.update((id(parent), position) for parent in node.parents)
+        key = id(node.source) if node.source is not None else id(node)
+        if key in wanted:
+            at = position if node.parents else last_use.get(id(node), position)
+            before, nodes = final.get(key, (at, []))
+            final[key] = (max(before, at), [*nodes, id(node)])
+    out: dict[int, list[tuple]] = {}
+    for key, (position, nodes) in final.items():
+        if key not in sparse:
+            out.setdefault(position, []).append((key, nodes, wanted[key]))
+    return out
+
+
 def _backpropagate(
-    target: Tensor, seed: np.ndarray
+    target: Tensor, seed: np.ndarray, keys: Sequence[int] = (), on_final: Any = None
 ) -> tuple[dict[int, np.ndarray], dict[int, list[tuple[np.ndarray, np.ndarray]]]]:
     """Gradients of every traced tensor and variable leaf, and of every sparse read.
 
@@ -441,23 +471,29 @@ def _backpropagate(
         for parent in node.parents:
             if parent.trace and id(parent) not in seen:
                 stack.append((parent, False))
+    order.reverse()
+    final_at = _final_positions(order, keys) if on_final is not None else {}
     grads: dict[int, np.ndarray] = {id(target): seed}
     results: dict[int, np.ndarray] = {}
     sparse: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
-    for node in reversed(order):
+    for position, node in enumerate(order):
         grad = grads.pop(id(node), None)
-        if grad is None:
-            continue
-        if isinstance(node.source, RowsOf):
+        if grad is not None and isinstance(node.source, RowsOf):
             sparse.setdefault(id(node.source.variable), []).append((node.source.ids, grad))
-            continue
-        key = id(node.source) if node.source is not None else id(node)
-        results[key] = results[key] + grad if key in results else grad
-        if node.backward is None:
-            continue
-        for parent, g in zip(node.parents, node.backward(grad), strict=True):
-            if g is None or not parent.trace:
-                continue
-            pid = id(parent)
-            grads[pid] = grads[pid] + g if pid in grads else g
+        elif grad is not None:
+            key = id(node.source) if node.source is not None else id(node)
+            results[key] = results[key] + grad if key in results else grad
+            for parent, g in zip(
+                node.parents, node.backward(grad) if node.backward else (), strict=True
+            ):
+                if g is not None and parent.trace:
+                    pid = id(parent)
+                    grads[pid] = grads[pid] + g if pid in grads else g
+        for key, nodes, indices in final_at.get(position, ()):
+            for leaf in nodes:  # final leaves not reached yet: added in walk order all the same
+                g = grads.pop(leaf, None)
+                if g is not None:
+                    results[key] = results[key] + g if key in results else g
+            for index in indices if key in results else ():
+                on_final(index, results[key])
     return results, sparse

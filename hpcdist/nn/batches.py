@@ -29,10 +29,11 @@ def with_batch_rows(dataset: Dataset, y: Any = None) -> Dataset:
     return dataset.map(_add_rows)
 
 
-def _add_rows(*element: Any) -> tuple[Any, Any, np.ndarray]:
+def _add_rows(*element: Any) -> tuple[Any, ...]:
     parts = element if len(element) > 1 else (element[0], None)
     rows = np.shape(flatten(parts[0])[0])[0]
-    return (*parts[:2], np.full(rows, rows, np.int64))
+    # (x, y, w) batches keep their sample weights after the rows (Keras' 3-tuples).
+    return (*parts[:2], np.full(rows, rows, np.int64), *parts[2:3])
 
 
 def check_input(x: Any, batch_size: Any, what: str, allow_empty: bool = False) -> None:
@@ -66,14 +67,27 @@ def array_batches(
     batch_size: int | None,
     shuffle: bool,
     seed: int,
+    sample_weight: Any = None,
 ) -> Dataset:
-    """A dataset of global batches ``(x, y, global_rows)``."""
+    """A dataset of global batches ``(x, y, global_rows)``, or ``(x, y, global_rows, w)``.
+
+    Raises:
+        ValueError: ``y`` or ``sample_weight`` has another number of examples than ``x``, or
+            ``sample_weight`` comes with a Dataset (which carries its own weights).
+    """
     if isinstance(x, Dataset):
+        if sample_weight is not None:
+            raise ValueError("sample_weight must be None when x is a Dataset (yield (x, y, w))")
         return with_batch_rows(x, y)
     x = np.asarray(x)
     y = None if y is None else np.asarray(y)
     if y is not None and len(y) != len(x):
         raise ValueError(f"x and y have different numbers of examples: {len(x)} and {len(y)}")
+    w = None if sample_weight is None else np.asarray(sample_weight)
+    if w is not None and len(w) != len(x):
+        raise ValueError(
+            f"x and sample_weight have different numbers of examples: {len(x)} and {len(w)}"
+        )
     batch_size = batch_size or 32
     n = len(x)
 
@@ -81,6 +95,7 @@ def array_batches(
         order = np.random.default_rng(seed).permutation(n) if shuffle else np.arange(n)
         for lo in range(0, n, batch_size):
             idx = order[lo : lo + batch_size]
-            yield x[idx], (None if y is None else y[idx]), np.full(len(idx), len(idx), np.int64)
+            batch = (x[idx], None if y is None else y[idx], np.full(len(idx), len(idx), np.int64))
+            yield batch if w is None else (*batch, w[idx])
 
     return Dataset(make, -(-n // batch_size))

@@ -26,10 +26,12 @@ from hpcdist.nn import saving
 from hpcdist.nn.base_layer import Layer, get_registered_class, input_shapes
 from hpcdist.nn.batches import array_batches, check_input
 from hpcdist.nn.callbacks import Callback, CallbackList, History, ProgressBar
+from hpcdist.nn.example_losses import per_example_losses
 from hpcdist.nn.input_layer import InputLayer
 from hpcdist.nn.keras_tensor import KerasTensor, is_symbolic, symbolic_call
 from hpcdist.nn.ps_training import ParameterServerFit
 from hpcdist.nn.saving import load_model
+from hpcdist.strategies.grad_buckets import overlapped_reduction
 from hpcdist.utils.xp import to_numpy
 
 __all__ = ["Model", "Sequential", "load_model"]
@@ -125,7 +127,7 @@ class Model(Layer):
         self.steps_per_execution = int(steps_per_execution)
         with self._scope():
             self.optimizer = optimizers_mod.get(optimizer)
-            self.loss = losses_mod.get(loss) if loss is not None else None
+            self.loss = losses_mod.as_loss(loss) if loss is not None else None
             self._loss_tracker = metrics_mod.Mean(name="loss")
             self.compiled_metrics = [metrics_mod.get(m, self.loss) for m in (metrics or [])]
 
@@ -140,34 +142,42 @@ class Model(Layer):
 
     # -- steps (run per replica) -------------------------------------------------------------
 
-    def _per_example_loss(self, y: Any, y_pred: Tensor) -> Tensor:
-        reduction = self.loss.reduction
-        self.loss.reduction = "none"
-        try:
-            return self.loss(y, y_pred)
-        finally:
-            self.loss.reduction = reduction
+    def train_step(
+        self, x: Any, y: Any, global_rows: np.ndarray, sample_weight: Any = None
+    ) -> None:
+        """One replica's step: forward, loss over the global batch, gradients, update, metrics.
 
-    def train_step(self, x: Any, y: Any, global_rows: np.ndarray) -> None:
-        """One replica's step: forward, loss over the global batch, gradients, update, metrics."""
+        With ``sample_weight`` each example's loss is weighted, and the sum is still divided by
+        the global batch size (Keras' ``sum_over_batch_size``).
+        """
         n = float(global_rows[0]) if len(global_rows) else 1.0
         replicas = self.distribute_strategy.num_replicas_in_sync
         variables = self.trainable_variables
         with GradientTape() as tape:
             y_pred = self(x, training=True)
-            per_example = self._per_example_loss(y, y_pred)
+            per_example = per_example_losses(self.loss, y, y_pred, sample_weight)
             loss = ops.divide(ops.reduce_sum(per_example), n)
             reg = self._regularization()
             if reg is not None:
                 loss = ops.add(loss, ops.divide(reg, replicas))
-        grads = tape.gradient(loss, variables)
-        self.optimizer.apply_gradients(zip(grads, variables, strict=True))
+        # With one replica per process, buckets of final gradients start their all-reduce
+        # while the tape computes the earlier layers (`hpcdist.strategies.grad_buckets`).
+        overlap = overlapped_reduction(self.distribute_strategy, variables)
+        if overlap is None:
+            grads = tape.gradient(loss, variables)
+            self.optimizer.apply_gradients(zip(grads, variables, strict=True))
+        else:
+            grads = overlap.finish(tape.gradient(loss, variables, on_final=overlap.ready))
+            self.optimizer.apply_gradients(
+                zip(grads, variables, strict=True), skip_gradients_aggregation=True
+            )
         self._update_metrics(y, y_pred, per_example, reg)
 
-    def test_step(self, x: Any, y: Any) -> None:
+    def test_step(self, x: Any, y: Any, sample_weight: Any = None) -> None:
         """One replica's evaluation step."""
         y_pred = self(x, training=False)
-        self._update_metrics(y, y_pred, self._per_example_loss(y, y_pred), self._regularization())
+        per_example = per_example_losses(self.loss, y, y_pred, sample_weight)
+        self._update_metrics(y, y_pred, per_example, self._regularization())
 
     def _regularization(self) -> Tensor | None:
         """Sum of ``self.losses`` (recorded under a tape), or None without penalties."""
@@ -204,6 +214,7 @@ class Model(Layer):
         steps_per_epoch: int | None = None,
         initial_epoch: int = 0,
         seed: int = 0,
+        sample_weight: Any = None,
     ) -> History:
         """Train for ``epochs`` epochs; returns the `History`.
 
@@ -219,10 +230,14 @@ class Model(Layer):
             steps_per_epoch: Steps per epoch; the input is then read continuously across epochs.
             initial_epoch: Epoch to start from (resuming).
             seed: Base seed of the per-epoch shuffles.
+            sample_weight: One weight per example of array inputs (a Dataset yields
+                ``(x, y, w)`` instead): weights the loss; compiled metrics stay unweighted,
+                as Keras' ``metrics``.
 
         Raises:
             ValueError: ``batch_size`` is not a positive integer or None, or ``x`` has no
                 examples (an empty array, or a Dataset with no batches).
+            NotImplementedError: ``sample_weight`` under ParameterServerStrategy.
         """
         self._require_compiled()
         check_input(x, batch_size, "fit")
@@ -245,11 +260,15 @@ class Model(Layer):
             initial_epoch = max(initial_epoch, self._resume_epoch)
         continuous = ps_fit = None
         if getattr(strategy, "_is_parameter_server", False):
+            if sample_weight is not None:
+                raise NotImplementedError(
+                    "fit(sample_weight=...) under ParameterServerStrategy is not supported"
+                )
             ps_fit = ParameterServerFit(self, x, y, batch_size, shuffle, seed, steps_per_epoch)
         elif steps_per_epoch is not None:
             continuous = iter(
                 strategy.experimental_distribute_dataset(
-                    array_batches(x, y, batch_size, shuffle, seed).repeat()
+                    array_batches(x, y, batch_size, shuffle, seed, sample_weight).repeat()
                 )
             )
         for epoch in range(initial_epoch, epochs):
@@ -264,7 +283,7 @@ class Model(Layer):
                 if continuous is not None:
                     iterator = continuous
                 else:
-                    data = array_batches(x, y, batch_size, shuffle, seed + epoch)
+                    data = array_batches(x, y, batch_size, shuffle, seed + epoch, sample_weight)
                     iterator = iter(strategy.experimental_distribute_dataset(data))
                 self._train_epoch(iterator, steps_per_epoch, cb)
             with self._scope():
@@ -323,10 +342,10 @@ class Model(Layer):
             for m in self.metrics:
                 m.reset_state()
         data = array_batches(x, y, batch_size, False, 0)
-        for i, (bx, by, _) in enumerate(strategy.experimental_distribute_dataset(data)):
+        for i, (bx, by, _, *bw) in enumerate(strategy.experimental_distribute_dataset(data)):
             if steps is not None and i >= steps:
                 break
-            strategy.run(self.test_step, args=(bx, by))
+            strategy.run(self.test_step, args=(bx, by, *bw))
         with self._scope():
             results = {m.name: float(m.result()) for m in self.metrics}
         if return_dict:
@@ -344,7 +363,7 @@ class Model(Layer):
         strategy = self.distribute_strategy
         data = array_batches(x, None, batch_size, False, 0)
         outputs = []
-        for bx, _, _ in strategy.experimental_distribute_dataset(data):
+        for bx, *_ in strategy.experimental_distribute_dataset(data):
             out = strategy.run(lambda b: self(b, training=False).value, args=(bx,))
             outputs.append(strategy.gather(out, axis=0))
         return np.concatenate(outputs) if outputs else np.zeros((0,))

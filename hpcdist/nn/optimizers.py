@@ -18,8 +18,10 @@ from hpcdist.comm.reduce_op import ReduceOp
 from hpcdist.core import context
 from hpcdist.core.autodiff import GradientTape, IndexedSlices, Tensor
 from hpcdist.core.variables import Variable, variable_key
+from hpcdist.nn import schedules
 from hpcdist.nn.clipping import check_clip_options, clip_gradients
 from hpcdist.nn.scalars import ScalarValue
+from hpcdist.nn.schedules import ExponentialDecay, LearningRateSchedule, PiecewiseConstantDecay
 from hpcdist.strategies.values import PerReplica
 from hpcdist.utils.xp import array_module, as_array
 
@@ -33,59 +35,8 @@ __all__ = [
     "PiecewiseConstantDecay",
     "RMSprop",
     "get",
+    "schedules",
 ]
-
-
-class LearningRateSchedule:
-    """``schedule(step) -> learning rate``."""
-
-    def __call__(self, step: int) -> float:
-        """The learning rate at ``step``."""
-        raise NotImplementedError
-
-
-class ExponentialDecay(LearningRateSchedule):
-    """``initial * decay_rate ** (step / decay_steps)`` (floored with ``staircase``)."""
-
-    def __init__(
-        self,
-        initial_learning_rate: float,
-        decay_steps: int,
-        decay_rate: float,
-        staircase: bool = False,
-    ) -> None:
-        if decay_steps <= 0:
-            raise ValueError(f"decay_steps must be positive, got {decay_steps}")
-        self.initial, self.decay_steps, self.rate, self.staircase = (
-            float(initial_learning_rate),
-            int(decay_steps),
-            float(decay_rate),
-            staircase,
-        )
-
-    def __call__(self, step: int) -> float:
-        """The decayed rate."""
-        p = step / self.decay_steps
-        return self.initial * self.rate ** (np.floor(p) if self.staircase else p)
-
-
-class PiecewiseConstantDecay(LearningRateSchedule):
-    """``values[i]`` while ``step <= boundaries[i]`` (Keras' rule)."""
-
-    def __init__(self, boundaries: list[int], values: list[float]) -> None:
-        if len(values) != len(boundaries) + 1:
-            raise ValueError(
-                f"values must have one more entry than boundaries, got {len(values)} and "
-                f"{len(boundaries)}"
-            )
-        self.boundaries, self.values = list(boundaries), [float(v) for v in values]
-
-    def __call__(self, step: int) -> float:
-        """The rate of the piece ``step`` falls in."""
-        for boundary, value in zip(self.boundaries, self.values, strict=False):
-            if step <= boundary:
-                return value
-        return self.values[-1]
 
 
 class Optimizer:
@@ -199,18 +150,32 @@ class Optimizer:
 
     # -- applying -------------------------------------------------------------------------------
 
-    def apply_gradients(self, grads_and_vars: Iterable[tuple[Any, Any]]) -> None:
+    def apply_gradients(
+        self,
+        grads_and_vars: Iterable[tuple[Any, Any]],
+        name: str | None = None,
+        skip_gradients_aggregation: bool = False,
+    ) -> None:
         """Apply one update. In replica context gradients are first summed over all replicas.
 
         Pairs whose gradient is None are skipped (as in Keras).
+
+        Args:
+            grads_and_vars: ``(gradient, variable)`` pairs.
+            name: Ignored (Keras' argument).
+            skip_gradients_aggregation: The gradients are already summed over the replicas
+                (Keras' argument; ``Model.fit`` passes it after an overlapped all-reduce): the
+                update is applied once, in cross-replica context, without reducing them again.
         """
+        del name
         pairs = [(g, v) for g, v in grads_and_vars if g is not None]
         if not pairs:
             return
         ctx = context.get_replica_context()
         if context.has_strategy() and ctx is not None and ctx.num_replicas_in_sync > 1:
             grads = [_dense(g) for g, _ in pairs]
-            ctx.merge_call(_distributed_apply, args=(self, grads, [v for _, v in pairs]))
+            apply = _apply_reduced if skip_gradients_aggregation else _distributed_apply
+            ctx.merge_call(apply, args=(self, grads, [v for _, v in pairs]))
         else:  # one replica: nothing to combine (sparse gradients stay sparse)
             self._apply([(g if isinstance(g, IndexedSlices) else _dense(g), v) for g, v in pairs])
 
@@ -300,6 +265,19 @@ def _distributed_apply(strategy: Any, optimizer: Optimizer, grads: Any, variable
         partials = list(grads)
     reduced = strategy.extended.batch_reduce_to(ReduceOp.SUM, [(p, None) for p in partials])
     optimizer._apply(list(zip([as_array(r) for r in reduced], variables, strict=True)))
+
+
+def _apply_reduced(strategy: Any, optimizer: Optimizer, grads: Any, variables: Any) -> None:
+    """Cross-replica half of apply_gradients for gradients already summed over the replicas.
+
+    Every local replica holds the same sums; the first replica's are applied.
+    """
+    del strategy
+    if isinstance(variables, PerReplica):
+        variables = variables.values[0]
+    if isinstance(grads, PerReplica):
+        grads = grads.values[0]
+    optimizer._apply(list(zip([as_array(g) for g in grads], variables, strict=True)))
 
 
 class SGD(Optimizer):

@@ -1,0 +1,48 @@
+"""Per-example losses for `Model.fit` and `evaluate`: the compiled loss unreduced, then weighted.
+
+The steps sum these and divide by the global batch size (Keras' ``sum_over_batch_size``), so a
+distributed step equals one process's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from hpcdist.core import math_ops as ops
+from hpcdist.core.autodiff import Tensor
+from hpcdist.utils.xp import to_numpy
+
+__all__ = ["per_example_losses"]
+
+
+def per_example_losses(loss: Any, y: Any, y_pred: Tensor, sample_weight: Any = None) -> Tensor:
+    """``loss(y, y_pred)`` per example (shape ``(batch,)``), times ``sample_weight``.
+
+    1-D predictions are one sample in Keras (a scalar loss); it is spread over the batch's
+    examples so that the sum over examples is the batch's mean times its size. A trailing axis of
+    1 on the weights is dropped.
+
+    Raises:
+        ValueError: The weights are not one per example.
+    """
+    reduction = loss.reduction
+    loss.reduction = "none"
+    try:
+        losses = loss(y, y_pred)
+    finally:
+        loss.reduction = reduction
+    if losses.ndim == 0 and y_pred.ndim:
+        losses = ops.multiply(losses, np.ones(y_pred.shape[0], losses.dtype))
+    if sample_weight is None:
+        return losses
+    w = np.asarray(to_numpy(sample_weight), dtype=losses.dtype)
+    if w.ndim == losses.ndim + 1 and w.shape[-1] == 1:
+        w = w[..., 0]
+    if w.shape != losses.shape:
+        raise ValueError(
+            f"sample_weight must hold one weight per example, shape {losses.shape}; "
+            f"got shape {w.shape}"
+        )
+    return ops.multiply(losses, w)
