@@ -63,8 +63,9 @@ def test_trace_of_a_two_rank_job_and_its_straggler(tmp_path) -> None:
     assert summary["collectives_matched"] >= 60
     # rank 1 sleeps 20 ms before each round: it arrives last at the round's first collective.
     assert late["last"] >= 20 and late["mean_late_ms"] > 5, summary["stragglers"]
-    # rank 0 is last only where the two arrive together: by microseconds, not milliseconds
-    assert summary["stragglers"][0]["mean_late_ms"] < late["mean_late_ms"] / 4, summary
+    # rank 0 is last only where the two arrive together (by microseconds on a quiet machine;
+    # a loaded one deschedules it for milliseconds now and then): far less late than rank 1
+    assert summary["stragglers"][0]["mean_late_ms"] < late["mean_late_ms"] / 2, summary
     cli = subprocess.run(
         [sys.executable, "-m", "hpcdist", "timeline", str(trace)],
         capture_output=True,
