@@ -1,6 +1,6 @@
 # Quick start: `make demo` (a distributed run on 4 ranks) and `make test` (the whole suite).
 # Both create or reuse .venv with hpcdist, the MPICH wheel and the test tools.
-.PHONY: demo test bench soak lint clean
+.PHONY: demo test bench bench-peers conformance soak lint clean
 
 demo:
 	@bash scripts/demo.sh
@@ -11,6 +11,14 @@ test:
 bench:
 	@bash scripts/bench.sh
 
+# hpcdist beside torch.distributed and TensorFlow (their own venv, .venv-peers)
+bench-peers:
+	@bash scripts/bench_peers.sh
+
+# the same cases under TensorFlow 2.21 and hpcdist (their own venv, .venv-conformance)
+conformance:
+	@bash scripts/conformance.sh
+
 soak:
 	@bash scripts/soak.sh
 
@@ -18,4 +26,4 @@ lint:
 	@.venv/bin/ruff check . && .venv/bin/ruff format --check .
 
 clean:
-	rm -rf .venv build *.egg-info .pytest_cache .ruff_cache
+	rm -rf .venv .venv-peers .venv-conformance build *.egg-info .pytest_cache .ruff_cache
