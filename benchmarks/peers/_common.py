@@ -13,6 +13,7 @@ peers' workers import it as they are.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -100,6 +101,44 @@ def launch(
         return {"error": f"{worker}: {exc!r}"}
     finally:
         os.unlink(path)
+
+
+def driver_parser(description: str | None, names: Sequence[str], rounds: int = 5):
+    """The options every workload script takes, as driver and as worker."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--worker", choices=list(names))
+    parser.add_argument("--result")
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--workers", default=",".join(names))
+    parser.add_argument("--timeout", type=float, default=600, help="seconds per launch")
+    parser.add_argument("--out")
+    parser.add_argument("--plot")
+    return parser
+
+
+def launch_round(
+    script: str,
+    workers: Sequence[str],
+    round_index: int,
+    passed: Sequence[str],
+    timeout_s: float,
+    errors: list[str],
+    ranks: int = 2,
+) -> list[tuple[str, dict[str, Any]]]:
+    """Start each contender once, the order rotated by round; ``(worker, result)`` pairs.
+
+    A contender that failed is left out, its error appended to ``errors`` (and printed).
+    """
+    k = round_index % len(workers)
+    out = []
+    for w in [*workers[k:], *workers[:k]]:
+        res = launch(script, w, passed, ranks, timeout_s, peer_env(w) if ranks > 1 else None)
+        if "error" in res:
+            errors.append(res.pop("error"))
+            print(errors[-1], file=sys.stderr)
+            continue
+        out.append((w, res))
+    return out
 
 
 def peer_env(worker: str) -> dict[str, str]:

@@ -26,11 +26,11 @@ from typing import Any
 import numpy as np
 from _common import (
     RATIO_NOTE,
+    driver_parser,
     emit,
-    launch,
+    launch_round,
     loop_time,
     machine,
-    peer_env,
     pyplot,
     reps_for,
     summarise,
@@ -137,16 +137,9 @@ def worker_tf(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--worker", choices=WORKERS)
-    parser.add_argument("--result")
+    parser = driver_parser(__doc__, WORKERS)
     parser.add_argument("--min-kib", type=int, default=4)
     parser.add_argument("--max-mib", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--workers", default=",".join(WORKERS))
-    parser.add_argument("--timeout", type=float, default=600, help="seconds per launch")
-    parser.add_argument("--out")
-    parser.add_argument("--plot")
     args = parser.parse_args()
     if args.worker:
         {"mpi": worker_mpi, "torch": worker_torch, "tf": worker_tf}[args.worker](args)
@@ -158,11 +151,7 @@ def main() -> None:
     errors, versions = [], {}
     for r in range(args.rounds):
         got: dict[str, Any] = {}
-        for w in workers[r % len(workers) :] + workers[: r % len(workers)]:
-            res = launch(__file__, w, passed, 2, args.timeout, peer_env(w))
-            if "error" in res:
-                errors.append(res.pop("error"))
-                print(errors[-1], file=sys.stderr)
+        for _, res in launch_round(__file__, workers, r, passed, args.timeout, errors):
             versions.update(res.pop("versions", {}))
             got.update(res)
         for nbytes in rounds:

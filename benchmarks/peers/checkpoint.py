@@ -30,7 +30,15 @@ import time
 from typing import Any
 
 import numpy as np
-from _common import RATIO_NOTE, bar_plot, emit, launch, machine, write_result
+from _common import (
+    RATIO_NOTE,
+    bar_plot,
+    driver_parser,
+    emit,
+    launch_round,
+    machine,
+    write_result,
+)
 
 NAMES = ("hpcdist", "torch", "tf")
 PER = 16 << 20  # float32 elements: 64 MiB
@@ -140,12 +148,7 @@ def run_rounds(
     for r in range(args.rounds):
         w_round: dict[str, float] = {}
         r_round: dict[str, float] = {}
-        for w in workers[r % len(workers) :] + workers[: r % len(workers)]:
-            res = launch(__file__, w, passed, 1, args.timeout)
-            if "error" in res:
-                errors.append(res["error"])
-                print(res["error"], file=sys.stderr)
-                continue
+        for w, res in launch_round(__file__, workers, r, passed, args.timeout, errors, ranks=1):
             w_round[w], r_round[w] = res["write_s"], res["read_s"]
         writes.append(w_round)
         reads.append(r_round)
@@ -154,16 +157,9 @@ def run_rounds(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--worker", choices=NAMES)
-    parser.add_argument("--result")
+    parser = driver_parser(__doc__, NAMES, rounds=3)
     parser.add_argument("--variables", type=int, default=16, help="64 MiB each")
-    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--dir", help="where the files go (default: the temporary directory)")
-    parser.add_argument("--workers", default=",".join(NAMES))
-    parser.add_argument("--timeout", type=float, default=600, help="seconds per launch")
-    parser.add_argument("--out")
-    parser.add_argument("--plot")
     args = parser.parse_args()
     if args.worker:
         root = tempfile.mkdtemp(prefix=f"peers-ckpt-{args.worker}-", dir=args.dir)

@@ -28,11 +28,11 @@ import numpy as np
 from _common import (
     RATIO_NOTE,
     bar_plot,
+    driver_parser,
     emit,
-    launch,
+    launch_round,
     loop_time,
     machine,
-    peer_env,
     summarise,
     worker_rank,
     write_result,
@@ -158,16 +158,9 @@ def worker_tf(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--worker", choices=WORKERS)
-    parser.add_argument("--result")
+    parser = driver_parser(__doc__, WORKERS)
     parser.add_argument("--tensors", type=int, default=200)
     parser.add_argument("--reps", type=int, default=20, help="reductions per timing")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--workers", default=",".join(WORKERS))
-    parser.add_argument("--timeout", type=float, default=600, help="seconds per launch")
-    parser.add_argument("--out")
-    parser.add_argument("--plot")
     args = parser.parse_args()
     if args.worker:
         {"mpi": worker_mpi, "torch": worker_torch, "tf": worker_tf}[args.worker](args)
@@ -180,13 +173,9 @@ def main() -> None:
     extra: dict[str, Any] = {}
     for r in range(args.rounds):
         got: dict[str, float] = {}
-        for w in workers[r % len(workers) :] + workers[: r % len(workers)]:
-            res = launch(__file__, w, passed, 2, args.timeout, peer_env(w))
-            if "error" in res:
-                errors.append(res["error"])
-                print(res["error"], file=sys.stderr)
+        for _, res in launch_round(__file__, workers, r, passed, args.timeout, errors):
             got.update({k: v for k, v in res.items() if k in NAMES})
-            extra.update({k: v for k, v in res.items() if k not in NAMES and k != "error"})
+            extra.update({k: v for k, v in res.items() if k not in NAMES})
         rounds.append(got)
         print(f"round {r + 1}/{args.rounds}: " + str(got), file=sys.stderr)
     rows = summarise(rounds, "hpcdist", NAMES)

@@ -35,11 +35,12 @@ from typing import Any
 import numpy as np
 from _common import (
     bar_plot,
+    driver_parser,
     emit,
-    launch,
+    launch_round,
     machine,
     numpy_blas,
-    peer_env,
+    summarise,
     worker_rank,
     write_result,
 )
@@ -227,16 +228,9 @@ def worker_tf(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--worker", choices=WORKERS)
-    parser.add_argument("--result")
+    parser = driver_parser(__doc__, WORKERS)
     parser.add_argument("--per-replica-batch", type=int, default=256)
     parser.add_argument("--steps", type=int, default=16, help="steps per timing")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--workers", default=",".join(WORKERS))
-    parser.add_argument("--timeout", type=float, default=600, help="seconds per launch")
-    parser.add_argument("--out")
-    parser.add_argument("--plot")
     args = parser.parse_args()
     if args.worker:
         {"hpcdist": worker_hpcdist, "torch": worker_torch, "tf": worker_tf}[args.worker](args)
@@ -249,27 +243,16 @@ def main() -> None:
     blas: dict[str, Any] = {}
     for r in range(args.rounds):
         got: dict[str, float] = {}
-        for w in workers[r % len(workers) :] + workers[: r % len(workers)]:
-            res = launch(__file__, w, passed, 2, args.timeout, peer_env(w))
-            if "error" in res:
-                errors.append(res["error"])
-                print(res["error"], file=sys.stderr)
+        for _, res in launch_round(__file__, workers, r, passed, args.timeout, errors):
             blas.update(res.get("blas", {}))
             got.update({k: v for k, v in res.items() if k in NAMES})
         rounds.append(got)
         print(f"round {r + 1}/{args.rounds}: " + str(got), file=sys.stderr)
     global_batch = 2 * args.per_replica_batch
-    rows: dict[str, dict[str, float]] = {}
-    for name in NAMES:
-        steps = [rd[name] for rd in rounds if name in rd]
-        if not steps:
-            continue
-        rows[name] = {"step_s": float(np.median(steps)), "samples_per_s": 0.0, "rounds": len(steps)}
-        rows[name]["samples_per_s"] = global_batch / rows[name]["step_s"]
-        if name != "hpcdist":
-            ratios = [rd[name] / rd["hpcdist"] for rd in rounds if name in rd and "hpcdist" in rd]
-            if ratios:
-                rows[name]["ratio"] = float(np.median(ratios))
+    rows = summarise(rounds, "hpcdist", NAMES)
+    for row in rows.values():
+        row["step_s"] = row.pop("median_s")
+        row["samples_per_s"] = global_batch / row["step_s"]
     result = {
         "benchmark": "peers_train",
         "ranks": 2,
