@@ -15,6 +15,7 @@ import hpcdist as hd
 from hpcdist.core.autodiff import GradientTape
 from hpcdist.settings import get_settings
 from hpcdist.strategies.grad_buckets import overlapped_reduction
+from hpcdist.utils.xp import to_numpy
 from tests import training_cases as cases
 
 pytestmark = pytest.mark.mpi(min_size=2)
@@ -85,6 +86,7 @@ def trained(strategy, build, enabled, bucket_bytes=None, epochs=2, batch_size=36
 def assert_bitwise_equal(a, b):
     assert len(a) == len(b)
     for x, y in zip(a, b, strict=True):
+        x, y = to_numpy(x), to_numpy(y)  # GPU gradients (the device simulator) to the host
         assert x.dtype == y.dtype and x.shape == y.shape
         assert np.array_equal(x, y), float(np.abs(x - y).max())
 
@@ -181,8 +183,9 @@ def test_buckets_start_before_the_backward_pass_ends(strategy):
     assert started[0] == len(variables) - 1
     fused = comm.grouped_allreduce(grads)
     assert_bitwise_equal(fused, reduced)
-    everyone = comm.allgather_object([np.asarray(g) for g in grads])
+    everyone = comm.allgather_object([to_numpy(g) for g in grads])
     for i, r in enumerate(reduced):
-        np.testing.assert_allclose(r, sum(g[i] for g in everyone), rtol=1e-6, atol=1e-7)
+        expected = sum(g[i] for g in everyone)
+        np.testing.assert_allclose(to_numpy(r), expected, rtol=1e-6, atol=1e-7)
     with overlap(False):
         assert overlapped_reduction(strategy, variables) is None
