@@ -11,9 +11,9 @@ by wrapping the runtime's real ``send_command``. Prints ``CASE <name> PASS`` or
 import contextlib
 import threading
 import time
-import traceback
 
 import numpy as np
+from case_runner import run_cases
 
 import hpcdist as hd
 from hpcdist.errors import CancelledError, WorkerPreemptedError
@@ -197,17 +197,4 @@ def case_join_returns_only_after_every_function_ran():
         check(int(ran.numpy()) == expected, f"join returned at {ran.numpy()} of {expected}")
 
 
-def main():
-    names = sorted(n for n in globals() if n.startswith("case_"))
-    for name in names:
-        try:
-            globals()[name]()
-            print(f"CASE {name[5:]} PASS", flush=True)
-        except Exception:
-            reason = traceback.format_exc().replace("\n", " | ")
-            print(f"CASE {name[5:]} FAIL {reason}", flush=True)
-            with contextlib.suppress(Exception):
-                coordinator.join()
-
-
-main()
+run_cases(globals(), coordinator)

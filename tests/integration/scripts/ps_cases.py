@@ -11,10 +11,10 @@ import contextlib
 import sys
 import threading
 import time
-import traceback
 from pathlib import Path
 
 import numpy as np
+from case_runner import run_cases
 
 import hpcdist as hd
 from hpcdist.errors import CancelledError, OutOfRangeError, WorkerPreemptedError
@@ -573,17 +573,4 @@ def case_function_cache_evicts_and_resends():
         functions.WORKER_CACHE_FUNCTIONS = saved
 
 
-def main():
-    names = sorted(n for n in globals() if n.startswith("case_"))
-    for name in names:
-        try:
-            globals()[name]()
-            print(f"CASE {name[5:]} PASS", flush=True)
-        except Exception:
-            reason = traceback.format_exc().replace("\n", " | ")
-            print(f"CASE {name[5:]} FAIL {reason}", flush=True)
-            with contextlib.suppress(Exception):
-                coordinator.join()
-
-
-main()
+run_cases(globals(), coordinator)
