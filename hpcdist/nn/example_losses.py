@@ -18,7 +18,7 @@ __all__ = ["per_example_losses"]
 
 
 def per_example_losses(loss: Any, y: Any, y_pred: Tensor, sample_weight: Any = None) -> Tensor:
-    """``loss(y, y_pred)`` per example (shape ``(batch,)``), times ``sample_weight``.
+    """``loss.values(y, y_pred)`` per example (shape ``(batch,)``), times ``sample_weight``.
 
     1-D predictions are one sample in Keras (a scalar loss); it is spread over the batch's
     examples so that the sum over examples is the batch's mean times its size. A trailing axis of
@@ -27,12 +27,7 @@ def per_example_losses(loss: Any, y: Any, y_pred: Tensor, sample_weight: Any = N
     Raises:
         ValueError: The weights are not one per example.
     """
-    reduction = loss.reduction
-    loss.reduction = "none"
-    try:
-        losses = loss(y, y_pred)
-    finally:
-        loss.reduction = reduction
+    losses = loss.values(y, y_pred)
     if losses.ndim == 0 and y_pred.ndim:
         losses = ops.multiply(losses, np.ones(y_pred.shape[0], losses.dtype))
     if sample_weight is None:

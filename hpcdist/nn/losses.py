@@ -81,8 +81,8 @@ class Loss:
         """Loss of each example, shape ``(batch,)`` (override)."""
         raise NotImplementedError
 
-    def __call__(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> Tensor:
-        """Reduced (or per-example, with ``"none"``) loss."""
+    def values(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> Tensor:
+        """The unreduced, weighted losses (what ``reduction="none"`` returns)."""
         y_pred = as_tensor(y_pred)
         # Targets join the predictions' array module (a host batch moves to the GPU here).
         y_true = as_array_like(y_true.value if isinstance(y_true, Tensor) else y_true, y_pred.value)
@@ -91,6 +91,11 @@ class Loss:
             weights = as_array_like(sample_weight, losses.value, losses.dtype)
             losses, weights = _squeeze_or_expand(losses, weights)
             losses = ops.multiply(losses, weights)
+        return losses
+
+    def __call__(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> Tensor:
+        """Reduced (or per-example, with ``"none"``) loss."""
+        losses = self.values(y_true, y_pred, sample_weight)
         if self.reduction == "none" or losses.shape in ((), (0,)):
             return losses
         total = ops.reduce_sum(losses)
@@ -207,8 +212,12 @@ class CategoricalCrossentropy(Loss):
         logits = None if self.from_logits else logits_of(y_pred)
         if self.from_logits or logits is not None:  # a softmax's output: from its input
             return ops.log_softmax(y_pred if logits is None else logits, axis=-1)
-        total = ops.reduce_sum(y_pred, axis=-1, keepdims=True)
-        return ops.log(_clip_probabilities(ops.divide(y_pred, total)))
+        return self._log_of_probabilities(y_pred)
+
+    def _log_of_probabilities(self, p: Tensor) -> Tensor:
+        """Keras: normalized over the classes, clipped, then the logarithm."""
+        total = ops.reduce_sum(p, axis=-1, keepdims=True)
+        return ops.log(_clip_probabilities(ops.divide(p, total)))
 
     def per_example(self, y_true: np.ndarray, y_pred: Tensor) -> Tensor:
         """``-sum(y_true * log p)``."""
@@ -226,12 +235,9 @@ class SparseCategoricalCrossentropy(CategoricalCrossentropy):
         Loss.__init__(self, **kwargs)  # reduction and name only: no label_smoothing
         self.from_logits = from_logits
 
-    def _log_probs(self, y_pred: Tensor) -> Tensor:
-        logits = None if self.from_logits else logits_of(y_pred)
-        if self.from_logits or logits is not None:
-            return ops.log_softmax(y_pred if logits is None else logits, axis=-1)
-        # Keras: the clipped probabilities' logarithms are the logits of a softmax.
-        return ops.log_softmax(ops.log(_clip_probabilities(y_pred)), axis=-1)
+    def _log_of_probabilities(self, p: Tensor) -> Tensor:
+        """Keras: the clipped probabilities' logarithms are the logits of a softmax."""
+        return ops.log_softmax(ops.log(_clip_probabilities(p)), axis=-1)
 
     def per_example(self, y_true: np.ndarray, y_pred: Tensor) -> Tensor:
         """``-log p[label]``.
