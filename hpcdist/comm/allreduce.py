@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from numpy.lib.array_utils import byte_bounds
 
 from hpcdist.comm import fusion
 from hpcdist.comm.arrays import (
@@ -157,7 +158,7 @@ class AllReduce:
         if in_place and error is None and not writeable:
             error = (
                 f"allreduce_ works in place on writeable numpy (or device-carried CuPy) arrays "
-                f"only, got {type(x).__name__}"
+                f"only, got {_type_name(x)}"
             )
         self.env.reject(error, why)
         return self.reduce(x, arr, back, op, opts, header, deadline, in_place, path)
@@ -244,9 +245,17 @@ class AllReduce:
     # -- fused --------------------------------------------------------------------------------
 
     def grouped(
-        self, xs: Sequence[Any], op: ReduceOp | str, options: CommunicationOptions | None
+        self,
+        xs: Sequence[Any],
+        op: ReduceOp | str,
+        options: CommunicationOptions | None,
+        in_place: bool = False,
     ) -> list[Any]:
-        """All-reduce ``xs`` in packs of about ``bytes_per_pack`` bytes (tensor fusion)."""
+        """All-reduce ``xs`` in packs of about ``bytes_per_pack`` bytes (tensor fusion).
+
+        With ``in_place`` the results are written into ``xs`` (which are returned): writeable
+        numpy arrays or device-carried CuPy arrays that share no memory with one another.
+        """
         opts = self.ctx.opts(options)
         env = self.env
         try:
@@ -266,6 +275,8 @@ class AllReduce:
                     hosts = [to_host(x) for x in xs]
                     nccl_error = None
             arrays = [a for a, _ in hosts]
+            if in_place:
+                _check_in_place(xs, path)
             whole = None
             if path is None:
                 whole = functools.partial(
@@ -287,16 +298,21 @@ class AllReduce:
             reduced = env.guard(
                 deadline,
                 lambda m=members, d=deadline: self._pack(
-                    m, op, opts, d, kind, layout, path, nccl_error
+                    m, op, opts, d, kind, layout, path, nccl_error, in_place
                 ),
             )
+            if in_place:
+                if reduced is not None:  # a pack buffer: copy back into the members
+                    for m, part in zip(members, fusion.unpack(reduced, members), strict=True):
+                        m[...] = part
+                continue
             for i, part in zip(indices, fusion.unpack(reduced, members), strict=True):
                 results[i] = hosts[i][1](part)
         if not plan:
             deadline = env.begin(KINDS["grouped_allreduce"], opts.timeout)
             header = Header(deadline.seq, KINDS["grouped_allreduce"])
             env.guard(deadline, lambda: env.check(header, deadline))
-        return results
+        return list(xs) if in_place else results
 
     def _pack(
         self,
@@ -308,12 +324,26 @@ class AllReduce:
         layout: int,
         path: str | None,
         nccl_error: str | None,
+        in_place: bool = False,
     ) -> Any:
-        """Pack ``members`` and all-reduce the pack (inside the pack's guard)."""
+        """Pack ``members`` and all-reduce the pack (inside the pack's guard).
+
+        Returns:
+            The reduced pack, or None when the members themselves hold the results (in place
+            through the shared segment).
+        """
         if path is None:  # a reused buffer: no page faults (results are views of it)
-            out = self._outputs.take(sum(m.size for m in members), members[0].dtype)
-            if self.backends.gathers(out.dtype, out.nbytes, opts.implementation, opts.compression):
+            size = sum(m.size for m in members)
+            dtype = members[0].dtype
+            if self.backends.gathers(
+                dtype, size * dtype.itemsize, opts.implementation, opts.compression
+            ):
+                if in_place and all(m.flags.c_contiguous for m in members):
+                    self._gather(members, None, op, deadline, kind, layout)
+                    return None
+                out = self._outputs.take(size, dtype)
                 return self._gather(members, out, op, deadline, kind, layout)
+            out = self._outputs.take(size, dtype)
             packed = fusion.pack(members, out)
         else:
             packed = fusion.pack(members)
@@ -327,16 +357,21 @@ class AllReduce:
     def _gather(
         self,
         members: list[np.ndarray],
-        out: np.ndarray,
+        out: np.ndarray | None,
         op: ReduceOp,
         deadline: Deadline,
         kind: int,
         layout: int,
-    ) -> np.ndarray:
-        """Reduce ``members`` through the shared-memory segment into ``out`` (no pack copy)."""
+    ) -> np.ndarray | None:
+        """Reduce ``members`` through the shared-memory segment into ``out`` (no pack copy).
+
+        With ``out`` None the members receive their own results.
+        """
         env = self.env
-        header = Header(deadline.seq, kind, op.code, dtype_code(out.dtype), out.shape, layout)
-        env.reject(check_reducible(out.dtype, op))
+        dtype = members[0].dtype
+        shape = (sum(m.size for m in members),)
+        header = Header(deadline.seq, kind, op.code, dtype_code(dtype), shape, layout)
+        env.reject(check_reducible(dtype, op))
         if env.checks:
             checked: Header | None = env.fused(header, deadline)
         else:
@@ -344,9 +379,52 @@ class AllReduce:
             checked = None
         self._shm.allreduce_gather(members, out, _SUM if op is _MEAN else op, checked, deadline)
         if op is _MEAN:
-            mean_from_sum(out, self.size)
+            for total in members if out is None else (out,):
+                mean_from_sum(total, self.size)
         return out
 
 
 def _raise(exc: BaseException) -> None:
     raise exc
+
+
+def _check_in_place(xs: Sequence[Any], path: str | None) -> None:
+    """Raise unless every array of ``xs`` can take its result in place, alone.
+
+    Args:
+        xs: The arrays of a ``grouped_allreduce_``.
+        path: The GPU path carrying them (None: host arrays, which must be numpy).
+
+    Raises:
+        TypeError: An array that is not writeable numpy (or device-carried CuPy).
+        ValueError: Two arrays that share memory (the results would depend on the order).
+    """
+    for i, x in enumerate(xs):
+        if path is None and not (type(x) is np.ndarray and x.flags.writeable):
+            got = "array {i} is read-only" if type(x) is np.ndarray else "got {t} at index {i}"
+            raise TypeError(
+                "grouped_allreduce_ works in place on writeable numpy (or device-carried CuPy) "
+                "arrays only, " + got.format(i=i, t=_type_name(x))
+            )
+    if path is not None:
+        return
+    if len({id(x) for x in xs}) == len(xs) and all(x.base is None for x in xs):
+        return  # distinct arrays that own their memory cannot overlap
+    spans = sorted((*byte_bounds(x), i) for i, x in enumerate(xs) if x.size)
+    open_: list[tuple[int, int, int]] = []  # spans that reach past the current start
+    for low, high, j in spans:
+        open_ = [span for span in open_ if span[1] > low]
+        for _, _, i in open_:
+            if np.shares_memory(xs[i], xs[j]):
+                raise ValueError(
+                    f"grouped_allreduce_ needs arrays that share no memory, but arrays "
+                    f"{min(i, j)} and {max(i, j)} overlap"
+                )
+        open_.append((low, high, j))
+
+
+def _type_name(x: Any) -> str:
+    """``x``'s type as a user would write it (``cupy.ndarray``, ``list``)."""
+    kind = type(x)
+    top = kind.__module__.split(".")[0]
+    return kind.__name__ if top == "builtins" else f"{top}.{kind.__name__}"

@@ -228,6 +228,36 @@ class Communicator:
         """Start `grouped_allreduce`."""
         return self._runner.start(self._reduce.grouped, xs, op, options)
 
+    def grouped_allreduce_(
+        self,
+        xs: Sequence[Any],
+        op: ReduceOp | str = ReduceOp.SUM,
+        options: CommunicationOptions | None = None,
+    ) -> list[Any]:
+        """`grouped_allreduce` in place: each array of ``xs`` receives its result.
+
+        The arrays must be writeable numpy (or device-carried CuPy) arrays that share no
+        memory with one another. On one node through shared memory the results go from the
+        segment straight into the arrays, with no pack or result buffer.
+
+        Returns:
+            ``xs`` (as a list).
+
+        Raises:
+            TypeError: An array that cannot be written in place (every rank raises).
+            ValueError: Two arrays that share memory (every rank raises).
+        """
+        return self._runner.sync(self._reduce.grouped, xs, op, options, True)
+
+    def grouped_allreduce_async_(
+        self,
+        xs: Sequence[Any],
+        op: ReduceOp | str = ReduceOp.SUM,
+        options: CommunicationOptions | None = None,
+    ) -> Handle:
+        """Start `grouped_allreduce_`; the arrays hold the results once ``wait()`` returns."""
+        return self._runner.start(self._reduce.grouped, xs, op, options, True)
+
     # -- broadcast, all-gather, reduce-scatter, all-to-all ----------------------------------
 
     def broadcast(self, x: Any, root: int = 0, options: CommunicationOptions | None = None) -> Any:

@@ -287,7 +287,7 @@ class ShmBackend(DelegatingBackend):
     def allreduce_gather(
         self,
         members: Sequence[np.ndarray],
-        dst: np.ndarray,
+        dst: np.ndarray | None,
         op: ReduceOp,
         header: Header | None,
         deadline: Deadline,
@@ -296,27 +296,31 @@ class ShmBackend(DelegatingBackend):
 
         Tensor fusion through the segment: the members are copied straight into this rank's
         slot, chunk by chunk, and reduced straight into ``dst`` (which the caller hands out as
-        views), so no pack buffer is filled first (see `_owned`).
+        views), so no pack buffer is filled first (see `_owned`). With ``dst`` None the
+        results go back into the members themselves (``grouped_allreduce_``).
 
         Args:
-            members: Arrays of ``dst``'s dtype (any shape; read in C order).
-            dst: Contiguous 1-D result, as many elements as the members together.
+            members: Arrays of one dtype (any shape; read in C order). In place: C-contiguous,
+                writeable and not overlapping one another.
+            dst: Contiguous 1-D result, as many elements as the members together; None to
+                reduce in place.
             op: The reduction (not MEAN).
             header: Compared in the first barrier when not None.
             deadline: Bounds every wait.
         """
-        count = dst.size
+        source = _Members(members)
+        count = source.starts[-1]
         if self.n == 1 or count == 0:
             self.barrier(header, deadline)
-            if count:
-                _Members(members).copy(dst, 0, count)
+            if count and dst is not None:
+                source.copy(dst, 0, count)
         else:
-            self._owned(_Members(members), dst, op, header, deadline)
+            self._owned(source, dst, op, header, deadline)
 
     def _owned(
         self,
         members: _Members,
-        dst: np.ndarray,
+        dst: np.ndarray | None,
         op: ReduceOp,
         header: Header | None,
         deadline: Deadline,
@@ -325,14 +329,16 @@ class ShmBackend(DelegatingBackend):
 
         Rank ``i`` owns slice ``i`` of every chunk: it copies only the other slices into its
         slot, reduces its slice from its members and the other ranks' slots (in rank order)
-        straight into ``dst``, and publishes it in the result buffer, from which the others
-        copy it after the next barrier. Each rank copies in and reduces ``1/n`` less than the
-        plain pipeline, and its own slice never passes through the segment.
+        straight into ``dst`` (into the members when ``dst`` is None), and publishes it in the
+        result buffer, from which the others copy it after the next barrier. Each rank copies
+        in and reduces ``1/n`` less than the plain pipeline, and its own slice never passes
+        through the segment. In place, a chunk's elements are overwritten only after the
+        barrier that follows their copy into the slot, so no rank reads a reduced value.
         """
-        dtype, itemsize = dst.dtype, dst.dtype.itemsize
+        dtype, itemsize = members.dtype, members.dtype.itemsize
         ufunc = op.ufunc
         n, me = self.n, self.me
-        count = dst.size
+        count = members.starts[-1]
         per_chunk = self.chunk // itemsize
         pending: tuple[int, int, int, int, int] | None = None
         for lo in range(0, count, per_chunk):
@@ -350,26 +356,56 @@ class ShmBackend(DelegatingBackend):
             if lo == 0:
                 self._check_headers(header, deadline)
             if pending is not None:
-                self._copy_others(dst, *pending)
+                self._copy_others(members, dst, *pending)
+            mine = self.result[b, : m * itemsize].view(dtype)
+            # In place, ranks 0 and 1 reduce into their members (read by the first ufunc
+            # only) and then publish; a later rank reduces in the segment and copies back.
+            into_members = dst is None and me < 2
             for x, at in members.pieces(lo + s, lo + e):
                 k = at - lo
-                out = dst[at : at + x.size]
-                ops = [x if r == me else slots[r][k : k + x.size] for r in range(n)]
+                size = x.size
+                if dst is not None:
+                    out = dst[at : at + size]
+                else:
+                    out = x if into_members else mine[k : k + size]
+                if n == 2:  # rank order without building the operand list
+                    y = slots[1 - me][k : k + size]
+                    ufunc(*((x, y) if me == 0 else (y, x)), out=out)
+                    continue
+                ops = [x if r == me else slots[r][k : k + size] for r in range(n)]
                 ufunc(ops[0], ops[1], out=out)
                 for r in range(2, n):
                     ufunc(out, ops[r], out=out)
             if e > s:
-                self.result[b, s * itemsize : e * itemsize].view(dtype)[:] = dst[lo + s : lo + e]
+                if into_members:
+                    members.copy(mine[s:e], lo + s, lo + e)
+                elif dst is None:
+                    members.scatter(mine[s:e], lo + s, lo + e)
+                else:
+                    mine[s:e] = dst[lo + s : lo + e]
             pending = (b, lo, hi, s, e)
         self._barrier(deadline)
         if pending is not None:
-            self._copy_others(dst, *pending)
+            self._copy_others(members, dst, *pending)
 
-    def _copy_others(self, dst: np.ndarray, b: int, lo: int, hi: int, s: int, e: int) -> None:
+    def _copy_others(
+        self,
+        members: _Members,
+        dst: np.ndarray | None,
+        b: int,
+        lo: int,
+        hi: int,
+        s: int,
+        e: int,
+    ) -> None:
         """Copy the slices of chunk ``lo:hi`` that the other ranks reduced (all but ``s:e``)."""
-        reduced = self.result[b, : (hi - lo) * dst.dtype.itemsize].view(dst.dtype)
-        dst[lo : lo + s] = reduced[:s]
-        dst[lo + e : hi] = reduced[e:]
+        reduced = self.result[b, : (hi - lo) * members.dtype.itemsize].view(members.dtype)
+        if dst is None:
+            members.scatter(reduced[:s], lo, lo + s)
+            members.scatter(reduced[e:], lo + e, hi)
+        else:
+            dst[lo : lo + s] = reduced[:s]
+            dst[lo + e : hi] = reduced[e:]
 
     def _copy_out(self, dst: np.ndarray, b: int, lo: int, hi: int) -> None:
         dst[lo:hi] = self.result[b, : (hi - lo) * dst.dtype.itemsize].view(dst.dtype)
@@ -412,6 +448,7 @@ class _Members:
 
     def __init__(self, members: Sequence[np.ndarray]) -> None:
         self.flats = [m if m.ndim == 1 else m.reshape(-1) for m in members]
+        self.dtype = members[0].dtype if members else np.dtype(np.float32)
         self.starts = [0]
         for f in self.flats:
             self.starts.append(self.starts[-1] + f.size)
@@ -432,6 +469,11 @@ class _Members:
             i += 1
 
     def copy(self, out: np.ndarray, lo: int, hi: int) -> None:
-        """Write elements ``lo:hi`` into ``out``."""
+        """Write elements ``lo:hi`` into ``out`` (one C call for all the pieces)."""
+        if hi > lo:
+            np.concatenate([piece for piece, _ in self.pieces(lo, hi)], out=out[: hi - lo])
+
+    def scatter(self, src: np.ndarray, lo: int, hi: int) -> None:
+        """Write ``src`` into elements ``lo:hi`` (the members must be C-contiguous)."""
         for piece, at in self.pieces(lo, hi):
-            np.copyto(out[at - lo : at - lo + piece.size], piece)
+            np.copyto(piece, src[at - lo : at - lo + piece.size])

@@ -96,6 +96,16 @@ def test_fusion_packs_on_the_device(comm):
         cupy.testing.assert_array_equal(b, a * comm.size)
 
 
+def test_fusion_in_place_on_the_device(comm):
+    xs = [cupy.full((k, 3), k, dtype=cupy.float32) for k in range(1, 30)]
+    xs += [cupy.arange(k, dtype=cupy.int64) for k in range(1, 5)]
+    want = [x * comm.size for x in xs]
+    got = comm.grouped_allreduce_(xs, "sum", hd.CommunicationOptions(bytes_per_pack=256))
+    assert all(g is x for g, x in zip(got, xs, strict=True))
+    for x, w in zip(xs, want, strict=True):
+        cupy.testing.assert_array_equal(x, w)
+
+
 def test_broadcast_allgather_reduce_scatter_on_the_device(comm):
     x = cupy.arange(12, dtype=cupy.float32).reshape(4, 3) + comm.rank
     b = comm.broadcast(x, root=0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import hpcdist as hd
 from hpcdist.comm import fusion
 from hpcdist.comm.shm_backend import _Members
 
@@ -58,3 +59,37 @@ def test_whole_keeps_a_dtype_in_one_pack_and_the_others_follow_tfs_rule() -> Non
     assert fusion.plan_packs(arrays, 500, whole) == [[0, 2, 4], [1, 3]]
     assert seen == [(np.dtype(np.float32), 2000), (np.dtype(bool), 200)]
     assert fusion.plan_packs(arrays, 500) == [[0, 2], [4], [1, 3]]
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 1000])
+def test_scatter_writes_each_range_back_into_the_members(chunk: int) -> None:
+    rng = np.random.default_rng(1)
+    members = [np.zeros(int(n), np.float64) for n in rng.integers(0, 200, 30)]
+    members[4] = np.zeros((5, 6))
+    gather = _Members(members)
+    total = gather.starts[-1]
+    src = np.arange(total, dtype=np.float64)
+    starts = list(range(0, total, chunk))
+    for lo in starts[::-1]:
+        gather.scatter(src[lo : min(total, lo + chunk)], lo, min(total, lo + chunk))
+    np.testing.assert_array_equal(np.concatenate([m.reshape(-1) for m in members]), src)
+    assert members[4].shape == (5, 6) and members[4][1, 0] == gather.starts[4] + 6
+
+
+def test_grouped_allreduce_in_place_on_one_rank() -> None:
+    comm = hd.comm.world()
+    if comm.size != 1:
+        pytest.skip("one-rank semantics")
+    xs = [np.arange(6.0).reshape(2, 3), np.arange(4, dtype=np.int32)[::2], np.ones(0)]
+    want = [x.copy() for x in xs]
+    got = comm.grouped_allreduce_(xs, "mean")
+    assert all(g is x for g, x in zip(got, xs, strict=True))
+    for x, w in zip(xs, want, strict=True):
+        np.testing.assert_array_equal(x, w)
+    frozen = np.ones(3)
+    frozen.flags.writeable = False
+    with pytest.raises(TypeError, match=r"writeable numpy .* array 1 is read-only"):
+        comm.grouped_allreduce_([np.ones(2), frozen])
+    buf = np.ones(10)
+    with pytest.raises(ValueError, match="arrays 0 and 2 overlap"):
+        comm.grouped_allreduce_([buf[:5], np.ones(3), buf[4:]])
