@@ -7,12 +7,14 @@ Run: ``mpiexec -n 2 python benchmarks/allreduce_forms.py [--out results.json]``.
   ``MPI.Allreduce(x, y)`` into a preallocated ``y``; medians of synchronised repetitions,
   interleaved; ratios out-of-place / in-place and / raw.
 - ``fusion``: 200 tensors of 1-64 KiB (the same sizes on every rank):
-  ``grouped_allreduce`` at several ``bytes_per_pack`` (64 KiB ... 64 MiB, and 0: one pack)
-  against a loop of ``allreduce_`` (in place), a loop of ``allreduce`` (new results, like
-  ``grouped_allreduce``'s) and a loop of raw ``Allreduce``. Each contender is timed
-  once per round, all interleaved; ``fused_over_loop_by_pack`` is the median over rounds of
-  each round's ratio to that round's loop, which the machine's load drifts affect less than a
-  ratio of medians.
+  ``grouped_allreduce`` (new results) and ``grouped_allreduce_`` (in place) at several
+  ``bytes_per_pack`` (64 KiB ... 64 MiB, and 0: one pack) against a loop of ``allreduce_``
+  (in place), a loop of ``allreduce`` (new results) and a loop of raw ``Allreduce``. Each
+  contender is timed once per round, all interleaved; each ratio is the median over rounds of
+  that round's ratio, which the machine's load drifts affect less than a ratio of medians:
+  ``fused_over_loop_by_pack`` (``grouped_allreduce`` / ``allreduce_`` loop),
+  ``fused_in_place_over_loop_by_pack`` (``grouped_allreduce_`` / ``allreduce_`` loop) and
+  ``fused_over_loop_out_of_place_by_pack`` (``grouped_allreduce`` / ``allreduce`` loop).
 
 ``--only fusion`` (or ``forms``) runs one part; ``--rounds`` sets the rounds.
 """
@@ -81,26 +83,34 @@ def fusion(comm, raw, rounds: int = ROUNDS) -> dict:
     for pack in PACKS:
         opts = hd.CommunicationOptions(bytes_per_pack=pack)
         calls[f"fused_{pack}"] = lambda o=opts: comm.grouped_allreduce(tensors, options=o)
+        if hasattr(comm, "grouped_allreduce_"):  # older trees lack it (before/after runs)
+            calls[f"inplace_{pack}"] = lambda o=opts: comm.grouped_allreduce_(tensors, options=o)
     calls["fused_default"] = lambda: comm.grouped_allreduce(tensors)
     times = {k: [] for k in calls}
     for _ in range(rounds):
         for key, fn in calls.items():
             times[key].append(time_collective(fn, raw, budget_s=0.6))
-        for t in tensors:  # the in-place loop doubles them: keep the values finite
-            t.fill(1.0)
+            for t in tensors:  # the in-place calls double them: keep the values finite
+                t.fill(1.0)
     med = {k: float(np.median(v)) for k, v in times.items()}
-    loop = np.array(times["loop_inplace"])
+
+    def ratios(prefix: str, over: str) -> dict[str, float]:
+        base = np.array(times[over])
+        return {
+            k[len(prefix) :]: float(np.median(np.array(v) / base))
+            for k, v in times.items()
+            if k.startswith(prefix)
+        }
+
     return {
         "tensors": len(tensors),
         "bytes": int(sum(sizes) * 4),
         "rounds": rounds,
         "ms": {k: v * 1e3 for k, v in med.items()},
-        "fused_default_over_loop": float(np.median(np.array(times["fused_default"]) / loop)),
-        "fused_over_loop_by_pack": {
-            k[len("fused_") :]: float(np.median(np.array(v) / loop))
-            for k, v in times.items()
-            if k.startswith("fused_")
-        },
+        "fused_default_over_loop": ratios("fused_", "loop_inplace").pop("default"),
+        "fused_over_loop_by_pack": ratios("fused_", "loop_inplace"),
+        "fused_in_place_over_loop_by_pack": ratios("inplace_", "loop_inplace"),
+        "fused_over_loop_out_of_place_by_pack": ratios("fused_", "loop_out_of_place"),
     }
 
 
