@@ -123,6 +123,9 @@ class Checkpoint:
         self._pending: concurrent.futures.Future | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._deferred: _Deferred | None = None
+        # host copies of an asynchronous save, refilled by the next one (TF keeps its copies
+        # too): touching fresh memory costs more than the copy on these machines
+        self._host_copies: dict[str, np.ndarray] = {}
 
     # -- object graph -------------------------------------------------------------------------
 
@@ -132,10 +135,13 @@ class Checkpoint:
     def _snapshot(self, copy: bool) -> dict[str, Any]:
         """Current values; without ``copy`` they may be the variables' own arrays (write now)."""
         graph = collect(self._roots())
-        arrays: dict[str, Any] = {
-            path: _host_copy(var.checkpoint_value()) if copy else var.checkpoint_value()
-            for path, var in graph.variables.items()
-        }
+        if copy:  # the previous asynchronous write is done (`_write` waited): reuse its copies
+            kept, self._host_copies = self._host_copies, {}
+            for path, var in graph.variables.items():
+                self._host_copies[path] = _host_copy(var.checkpoint_value(), kept.get(path))
+            arrays: dict[str, Any] = dict(self._host_copies)
+        else:
+            arrays = {path: var.checkpoint_value() for path, var in graph.variables.items()}
         for path, obj in graph.states.items():
             for key, value in obj.checkpoint_state().items():
                 arrays[f"{path}/state/{key}"] = np.array(value) if copy else np.asarray(value)
@@ -433,11 +439,22 @@ def _owned(value: Any) -> Any:
     return value
 
 
-def _host_copy(value: Any) -> np.ndarray:
-    """A private host copy of a `checkpoint_value` (an array or a `SlicedValue`)."""
+def _host_copy(value: Any, into: np.ndarray | None = None) -> np.ndarray:
+    """A private host copy of a `checkpoint_value` (an array or a `SlicedValue`).
+
+    Args:
+        value: The value.
+        into: A previous copy, refilled when it has the value's shape and dtype.
+    """
+    shape, dtype = tuple(value.shape), np.dtype(value.dtype)
+    if into is None or into.shape != shape or into.dtype != dtype:
+        into = None
     if isinstance(value, SlicedValue):
         parts = list(value.slices())
         if not parts:
-            return np.zeros(value.shape, value.dtype)
-        return np.concatenate(parts, axis=0)
-    return np.array(value, copy=True)
+            return np.zeros(shape, dtype)
+        return np.concatenate(parts, axis=0, out=into)
+    if into is None:
+        return np.array(value, copy=True)
+    np.copyto(into, value)
+    return into

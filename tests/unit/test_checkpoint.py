@@ -10,6 +10,7 @@ import pytest
 import hpcdist as hd
 from hpcdist.checkpoint import Checkpoint, CheckpointError, CheckpointManager, CheckpointOptions
 from hpcdist.checkpoint import format as format_module
+from hpcdist.checkpoint.checkpoint import _host_copy
 from hpcdist.checkpoint.format import (
     CheckpointCorruptError,
     CheckpointMismatchError,
@@ -204,6 +205,30 @@ def test_async_save(tmp_path):
     Checkpoint(v=w).read(path)
     assert np.array_equal(w.numpy(), np.arange(100000.0))
     assert json.loads((tmp_path / "checkpoint").read_text())["latest"] == os.path.basename(path)
+
+
+def test_async_saves_refill_one_host_copy_and_each_file_keeps_its_values(tmp_path):
+    v = hd.get_strategy().Variable(np.arange(50000.0))
+    small = hd.get_strategy().Variable(np.zeros(3, np.float32))
+    ckpt = Checkpoint(v=v, small=small)
+    options = CheckpointOptions(experimental_enable_async_checkpoint=True)
+    paths, copies = [], []
+    for step in range(3):
+        paths.append(ckpt.write(str(tmp_path / f"a{step}"), options))
+        copies.append(ckpt._host_copies["v"])
+        v.assign_add(1.0)  # training goes on while the file is written
+    ckpt.sync()
+    assert copies[0] is copies[1] is copies[2]  # later saves refill the first one's copy
+    assert not np.shares_memory(copies[0], v.numpy())
+    for step, path in enumerate(paths):
+        w = hd.get_strategy().Variable(np.zeros(50000))
+        Checkpoint(v=w).read(path)
+        assert np.array_equal(w.numpy(), np.arange(50000.0) + step), step
+    kept = np.ones(3, np.float32)
+    assert _host_copy(np.arange(3, dtype=np.float32), kept) is kept and kept.tolist() == [0, 1, 2]
+    for other in (np.arange(4, dtype=np.float32), np.arange(3.0)):  # new shape or dtype
+        fresh = _host_copy(other, kept)
+        assert fresh is not kept and fresh.dtype == other.dtype and np.array_equal(fresh, other)
 
 
 def test_model_checkpoint_and_backup_and_restore(tmp_path):
