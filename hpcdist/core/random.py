@@ -13,10 +13,12 @@ import numpy as np
 
 from hpcdist.core.autodiff import Tensor
 from hpcdist.core.dtypes import as_dtype
+from hpcdist.utils import seeds
+from hpcdist.utils.seeds import get_seed
 
-__all__ = ["normal", "set_seed", "uniform"]
+__all__ = ["get_seed", "normal", "set_seed", "uniform"]
 
-_DEFAULT_SEED = 87654321  # TF's DEFAULT_GRAPH_SEED: op seeds without a global seed use it
+_DEFAULT_SEED = seeds.DEFAULT_GRAPH_SEED  # op seeds without a global seed use it
 
 _global: dict[str, Any] = {"seed": None, "rng": np.random.default_rng()}
 _op_generators: dict[int, np.random.Generator] = {}
@@ -26,6 +28,7 @@ def set_seed(seed: int | None) -> None:
     """Make later random tensors reproducible (``tf.random.set_seed``); None unsets it."""
     _global["seed"] = None if seed is None else int(seed)
     _global["rng"] = np.random.default_rng(None if seed is None else [int(seed)])
+    seeds.set_global_seed(seed)
     _op_generators.clear()
 
 

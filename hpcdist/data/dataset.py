@@ -16,6 +16,7 @@ import numpy as np
 
 from hpcdist.data.dataset_options import Options
 from hpcdist.data.nest import flatten, map_structure
+from hpcdist.utils.seeds import get_seed
 
 __all__ = ["INFINITE", "UNKNOWN", "Dataset"]
 
@@ -141,18 +142,19 @@ class Dataset:
     ) -> Dataset:
         """Shuffle with a buffer of ``buffer_size`` elements (TF's algorithm).
 
-        With a ``seed`` the order is the same in every process, so ranks that shuffle the same
-        data stay in step; each new iteration reshuffles unless ``reshuffle_each_iteration`` is
-        false.
+        With a ``seed``, or after ``hd.random.set_seed`` (TF's `get_seed` rules), the order is
+        the same in every run and every process, so ranks that shuffle the same data stay in
+        step; each new iteration reshuffles unless ``reshuffle_each_iteration`` is false.
         """
         if buffer_size < 1:
             raise ValueError(f"buffer_size must be >= 1, got {buffer_size}")
         source = self
         epoch = [0]
-        base = np.random.SeedSequence().entropy if seed is None else seed
+        seeds = get_seed(seed)
+        base = list(seeds) if seeds[0] is not None else [np.random.SeedSequence().entropy]
 
         def make() -> Iterator[Any]:
-            rng = np.random.default_rng([base, epoch[0]])
+            rng = np.random.default_rng([*base, epoch[0]])
             if reshuffle_each_iteration:
                 epoch[0] += 1
             buffer: list[Any] = []

@@ -6,6 +6,7 @@ import time
 import numpy as np
 import pytest
 
+import hpcdist as hd
 from hpcdist.data import (
     INFINITE_CARDINALITY,
     UNKNOWN_CARDINALITY,
@@ -97,6 +98,26 @@ def test_shuffle_is_a_permutation_seeded_and_reshuffled():
     assert values(fixed) == values(fixed)
     # A buffer of 1 does not shuffle.
     assert values(Dataset.range(5).shuffle(1, seed=0)) == [0, 1, 2, 3, 4]
+
+
+def test_unseeded_shuffle_is_reproducible_after_set_seed_and_random_without_it():
+    def two_orders() -> list[list[int]]:
+        hd.random.set_seed(11)
+        return [values(Dataset.range(40).shuffle(40)) for _ in range(2)]
+
+    try:
+        first, again = two_orders(), two_orders()
+        assert first == again  # same program order, same global seed: same shuffles
+        assert first[0] != first[1]  # each shuffle draws its own operation seed
+        hd.random.set_seed(11)
+        assert hd.random.get_seed(None) == (11, 1942955373)  # TF's number (conformance suite)
+        hd.random.set_seed(None)
+        assert hd.random.get_seed(None) == (None, None)
+        assert hd.random.get_seed(5) == (87654321, 5)  # TF's DEFAULT_GRAPH_SEED
+        unseeded = {tuple(values(Dataset.range(40).shuffle(40))) for _ in range(3)}
+        assert len(unseeded) == 3  # no global seed: a fresh order each time
+    finally:
+        hd.random.set_seed(None)
 
 
 def test_shard():
