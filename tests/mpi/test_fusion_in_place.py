@@ -15,6 +15,7 @@ import pytest
 
 import hpcdist as hd
 from hpcdist.errors import CollectiveMismatchError
+from tests.fusion_cases import tensors
 
 pytestmark = pytest.mark.mpi(min_size=2)
 
@@ -27,25 +28,13 @@ def comm() -> hd.comm.Communicator:
     return hd.comm.world()
 
 
-def tensors(rank: int, dtype: type, seed: int = 0) -> list[np.ndarray]:
-    """Tensors of 0 to 2.3 MiB (more than two 1 MiB segment chunks), rank-dependent values."""
-    rng = np.random.default_rng(seed)
-    sizes = [int(k) * 256 + int(j) for k, j in rng.integers((1, 0), (65, 9), (40, 2))]
-    sizes[7] = 0
-    sizes[20] = 600_001  # crosses chunk boundaries of every dtype
-    vals = np.random.default_rng(seed + 1 + rank)
-    out = [(vals.integers(-8, 9, s) * (rank + 1)).astype(dtype) for s in sizes]
-    out[4] = out[4][: out[4].size // 4 * 4].reshape(4, -1)
-    return out
-
-
 @pytest.mark.parametrize("bytes_per_pack", PACKS)
 @pytest.mark.parametrize(
     ("dtype", "op"),
     [(np.float32, "sum"), (np.float64, "mean"), (np.int32, "max"), (np.int64, "mean")],
 )
 def test_each_input_receives_what_allreduce_returns(comm, bytes_per_pack, dtype, op) -> None:
-    xs = tensors(comm.rank, dtype)
+    xs = tensors(comm.rank, dtype, count=40, strided=False)
     want = [comm.allreduce(x, op, MPI_OPTS) for x in xs]
     addresses = [x.__array_interface__["data"][0] for x in xs]
     got = comm.grouped_allreduce_(xs, op, hd.CommunicationOptions(bytes_per_pack=bytes_per_pack))

@@ -15,6 +15,7 @@ import pytest
 
 import hpcdist as hd
 from hpcdist.errors import CollectiveMismatchError
+from tests.fusion_cases import tensors
 
 pytestmark = pytest.mark.mpi(min_size=2)
 
@@ -25,19 +26,6 @@ MPI_OPTS = hd.CommunicationOptions(implementation="mpi")
 @pytest.fixture(scope="module")
 def comm() -> hd.comm.Communicator:
     return hd.comm.world()
-
-
-def tensors(rank: int, dtype: type, seed: int = 0) -> list[np.ndarray]:
-    """Tensors of 0 to 2.3 MiB (more than two 1 MiB segment chunks), rank-dependent values."""
-    rng = np.random.default_rng(seed)
-    sizes = [int(k) * 256 + int(j) for k, j in rng.integers((1, 0), (65, 9), (60, 2))]
-    sizes[7] = 0
-    sizes[20] = 600_001  # crosses chunk boundaries of every dtype
-    vals = np.random.default_rng(seed + 1 + rank)
-    out = [(vals.integers(-8, 9, s) * (rank + 1)).astype(dtype) for s in sizes]
-    out[3] = out[3][::2]  # a strided view
-    out[4] = out[4].reshape(4, -1) if out[4].size % 4 == 0 else out[4]
-    return out
 
 
 @pytest.mark.parametrize("bytes_per_pack", PACKS)
