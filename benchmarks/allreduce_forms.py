@@ -37,7 +37,7 @@ from _util import emit, time_collective  # noqa: E402
 
 import hpcdist as hd  # noqa: E402
 
-SIZES = (4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20)
+SIZES = (4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20)
 ROUNDS = 3
 PACKS = (64 << 10, 256 << 10, 1 << 20, 4 << 20, 64 << 20, 0)
 

@@ -15,15 +15,15 @@ happens after barrier ``p + 1``, so double-buffering needs no second barrier.
 
 Small messages (up to ``direct_bytes``) take one barrier: every rank reduces all slots itself,
 in rank order, so all ranks get bitwise-identical results. Larger messages are pipelined in
-chunks of ``C`` bytes with one barrier per chunk: rank ``i`` reduces the ``i``-th slice of the
-chunk into the result buffer and every rank copies the whole reduced chunk out after the next
-barrier. The chunks stay in cache, so main memory sees each input once and each output once,
-against several copies through MPI's eager and rendezvous buffers.
+chunks of ``C`` bytes with one barrier per chunk (`ShmBackend._owned`): rank ``i`` owns the
+``i``-th slice of each chunk. It copies into its slot only the slices the other ranks reduce,
+reduces its own slice from its input and the others' slots (in rank order) straight into the
+output, publishes that slice in the result buffer, and after the next barrier copies the other
+ranks' slices out. The chunks stay in cache, so main memory sees each input once and each
+output once, against several copies through MPI's eager and rendezvous buffers.
 
-Tensor fusion (`ShmBackend.allreduce_gather`) runs the chunked pipeline on the concatenation of
-many arrays without packing them first: a rank copies into its slot only the slices of a chunk
-that other ranks reduce, reduces its own slice from its arrays directly into the result, and
-publishes that slice for the others to copy after the next barrier.
+Tensor fusion (`ShmBackend.allreduce_gather`) runs the same pipeline on the concatenation of
+many arrays without packing them first, into one output or back into the arrays themselves.
 
 The header check rides on the first barrier: each rank writes its header's fingerprint next to
 its data and, after the barrier, compares all fingerprints. On a mismatch, which every rank sees,
@@ -222,7 +222,7 @@ class ShmBackend(DelegatingBackend):
         elif src.nbytes <= self.direct_bytes:
             self._allreduce_direct(src, dst, op, header, deadline)
         else:
-            self._allreduce_pipelined(src, dst, op, header, deadline)
+            self._owned(_Members([src]), None if dst is src else dst, op, header, deadline)
 
     def _allreduce_direct(
         self,
@@ -245,44 +245,6 @@ class ShmBackend(DelegatingBackend):
         ufunc(views[0], views[1], out=dst)
         for r in range(2, self.n):
             ufunc(dst, views[r], out=dst)
-
-    def _allreduce_pipelined(
-        self,
-        src: np.ndarray,
-        dst: np.ndarray,
-        op: ReduceOp,
-        header: Header | None,
-        deadline: Deadline,
-    ) -> None:
-        dtype, itemsize = src.dtype, src.dtype.itemsize
-        ufunc = op.ufunc
-        per_chunk = self.chunk // itemsize
-        count = src.size
-        pending: tuple[int, int, int] | None = None
-        for lo in range(0, count, per_chunk):
-            hi = min(count, lo + per_chunk)
-            m = hi - lo
-            b = (self.phase + 1) % 2
-            if lo == 0:
-                self._post_header(header)
-            self.slots[b, self.me, : m * itemsize].view(dtype)[:] = src[lo:hi]
-            self._barrier(deadline)
-            if lo == 0:
-                self._check_headers(header, deadline)
-            if pending is not None:
-                self._copy_out(dst, *pending)
-            share = -(-m // self.n)
-            s, e = min(m, self.me * share) * itemsize, min(m, (self.me + 1) * share) * itemsize
-            if e > s:
-                slots = self.slots[b]
-                out = self.result[b, s:e].view(dtype)
-                ufunc(slots[0, s:e].view(dtype), slots[1, s:e].view(dtype), out=out)
-                for r in range(2, self.n):
-                    ufunc(out, slots[r, s:e].view(dtype), out=out)
-            pending = (b, lo, hi)
-        self._barrier(deadline)
-        if pending is not None:
-            self._copy_out(dst, *pending)
 
     def allreduce_gather(
         self,
@@ -406,9 +368,6 @@ class ShmBackend(DelegatingBackend):
         else:
             dst[lo : lo + s] = reduced[:s]
             dst[lo + e : hi] = reduced[e:]
-
-    def _copy_out(self, dst: np.ndarray, b: int, lo: int, hi: int) -> None:
-        dst[lo:hi] = self.result[b, : (hi - lo) * dst.dtype.itemsize].view(dst.dtype)
 
     def broadcast(
         self, buf: np.ndarray, root: int, header: Header | None, deadline: Deadline
