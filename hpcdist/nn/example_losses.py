@@ -14,7 +14,7 @@ from hpcdist.core import math_ops as ops
 from hpcdist.core.autodiff import Tensor
 from hpcdist.utils.xp import to_numpy
 
-__all__ = ["per_example_losses"]
+__all__ = ["penalty_sum", "per_example_losses"]
 
 
 def per_example_losses(loss: Any, y: Any, y_pred: Tensor, sample_weight: Any = None) -> Tensor:
@@ -41,3 +41,13 @@ def per_example_losses(loss: Any, y: Any, y_pred: Tensor, sample_weight: Any = N
             f"got shape {w.shape}"
         )
     return ops.multiply(losses, w)
+
+
+def penalty_sum(penalties: list[Any]) -> Tensor | None:
+    """Sum of a model's ``losses`` (recorded under a tape), or None without penalties."""
+    if not penalties:
+        return None
+    total = penalties[0]
+    for p in penalties[1:]:
+        total = ops.add(total, p)
+    return total

@@ -22,6 +22,7 @@ __all__ = [
     "BinaryAccuracy",
     "CategoricalAccuracy",
     "Mean",
+    "MeanAbsoluteError",
     "MeanSquaredError",
     "Metric",
     "SparseCategoricalAccuracy",
@@ -208,9 +209,24 @@ class MeanSquaredError(Metric):
 
     def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
         """Squared error averaged over the last axis."""
-        p = _array(y_pred)
-        err = (p - _array(y_true).reshape(p.shape)) ** 2
-        self._accumulate(err.mean(axis=-1) if err.ndim > 1 else err, sample_weight)
+        self._accumulate(_per_example(np.square(_errors(y_true, y_pred))), sample_weight)
+
+
+class MeanAbsoluteError(Metric):
+    """Mean of ``|y_true - y_pred|`` per example."""
+
+    def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
+        """Absolute error averaged over the last axis."""
+        self._accumulate(_per_example(np.abs(_errors(y_true, y_pred))), sample_weight)
+
+
+def _errors(y_true: Any, y_pred: Any) -> np.ndarray:
+    p = _array(y_pred)
+    return p - _array(y_true).reshape(p.shape)
+
+
+def _per_example(err: np.ndarray) -> np.ndarray:
+    return err.mean(axis=-1) if err.ndim > 1 else err
 
 
 _BY_NAME = {
@@ -221,6 +237,8 @@ _BY_NAME = {
     "sparse_categorical_accuracy": SparseCategoricalAccuracy,
     "mse": MeanSquaredError,
     "mean_squared_error": MeanSquaredError,
+    "mae": MeanAbsoluteError,
+    "mean_absolute_error": MeanAbsoluteError,
 }
 
 

@@ -17,22 +17,21 @@ import numpy as np
 
 from hpcdist.core import context
 from hpcdist.core import math_ops as ops
-from hpcdist.core.autodiff import GradientTape, Tensor
+from hpcdist.core.autodiff import GradientTape
 from hpcdist.data.dataset import Dataset
+from hpcdist.nn import compile_metrics, saving
 from hpcdist.nn import losses as losses_mod
 from hpcdist.nn import metrics as metrics_mod
 from hpcdist.nn import optimizers as optimizers_mod
-from hpcdist.nn import saving
 from hpcdist.nn.base_layer import Layer, get_registered_class, input_shapes
 from hpcdist.nn.batches import array_batches, check_input
 from hpcdist.nn.callbacks import Callback, CallbackList, History, ProgressBar
-from hpcdist.nn.example_losses import per_example_losses
+from hpcdist.nn.example_losses import penalty_sum, per_example_losses
 from hpcdist.nn.input_layer import InputLayer
 from hpcdist.nn.keras_tensor import KerasTensor, is_symbolic, symbolic_call
 from hpcdist.nn.ps_training import ParameterServerFit
 from hpcdist.nn.saving import load_model
 from hpcdist.strategies.grad_buckets import overlapped_reduction
-from hpcdist.utils.xp import to_numpy
 
 __all__ = ["Model", "Sequential", "load_model"]
 
@@ -61,6 +60,7 @@ class Model(Layer):
         self.optimizer: Any = None
         self.loss: Any = None
         self.compiled_metrics: list[Any] = []
+        self.compiled_weighted_metrics: list[Any] = []
         self.steps_per_execution = 1
         self.stop_training = False
         self.history: History | None = None
@@ -103,6 +103,7 @@ class Model(Layer):
         loss: Any = None,
         metrics: list[Any] | None = None,
         steps_per_execution: int = 1,
+        weighted_metrics: list[Any] | None = None,
         **kwargs: Any,
     ) -> None:
         """Choose the optimizer, the loss and the metrics (strings or instances).
@@ -110,10 +111,13 @@ class Model(Layer):
         Args:
             optimizer: Name or instance.
             loss: Name, instance or callable.
-            metrics: Names or instances.
+            metrics: Names or instances, updated without sample weights (Keras' rule).
             steps_per_execution: Steps run per call into the training loop (Keras' lever
                 against per-step overhead); accepted and recorded. hpcdist runs steps eagerly,
                 so there is no per-call dispatch to amortise: callbacks still see every step.
+            weighted_metrics: Names or instances updated with the sample weights of ``fit`` and
+                ``evaluate`` (Keras' rule: one whose name a plain metric already has is logged
+                as ``weighted_<name>``).
             **kwargs: Keras' other arguments (``jit_compile``, ``run_eagerly``, ...), accepted
                 and ignored: they tune TF's graph execution, which hpcdist does not have.
 
@@ -129,12 +133,16 @@ class Model(Layer):
             self.optimizer = optimizers_mod.get(optimizer)
             self.loss = losses_mod.as_loss(loss) if loss is not None else None
             self._loss_tracker = metrics_mod.Mean(name="loss")
-            self.compiled_metrics = [metrics_mod.get(m, self.loss) for m in (metrics or [])]
+            plain, weighted, asked = compile_metrics.build(metrics, weighted_metrics, self.loss)
+        self.compiled_metrics, self.compiled_weighted_metrics = plain, weighted
+        self._weighted_metric_names = asked
 
     @property
     def metrics(self) -> list[Any]:
-        """The loss tracker and the compiled metrics."""
-        return [self._loss_tracker, *self.compiled_metrics] if self.loss is not None else []
+        """The loss tracker, the compiled metrics and the weighted ones."""
+        if self.loss is None:
+            return []
+        return [self._loss_tracker, *self.compiled_metrics, *self.compiled_weighted_metrics]
 
     def _require_compiled(self) -> None:
         if self.optimizer is None or self.loss is None:
@@ -157,7 +165,7 @@ class Model(Layer):
             y_pred = self(x, training=True)
             per_example = per_example_losses(self.loss, y, y_pred, sample_weight)
             loss = ops.divide(ops.reduce_sum(per_example), n)
-            reg = self._regularization()
+            reg = penalty_sum(self.losses)
             if reg is not None:
                 loss = ops.add(loss, ops.divide(reg, replicas))
         # With one replica per process, buckets of final gradients start their all-reduce
@@ -171,31 +179,14 @@ class Model(Layer):
             self.optimizer.apply_gradients(
                 zip(grads, variables, strict=True), skip_gradients_aggregation=True
             )
-        self._update_metrics(y, y_pred, per_example, reg)
+        compile_metrics.update(self, y, y_pred, per_example, reg, sample_weight)
 
     def test_step(self, x: Any, y: Any, sample_weight: Any = None) -> None:
         """One replica's evaluation step."""
         y_pred = self(x, training=False)
         per_example = per_example_losses(self.loss, y, y_pred, sample_weight)
-        self._update_metrics(y, y_pred, per_example, self._regularization())
-
-    def _regularization(self) -> Tensor | None:
-        """Sum of ``self.losses`` (recorded under a tape), or None without penalties."""
-        penalties = self.losses
-        if not penalties:
-            return None
-        total = penalties[0]
-        for p in penalties[1:]:
-            total = ops.add(total, p)
-        return total
-
-    def _update_metrics(self, y: Any, y_pred: Tensor, per_example: Tensor, reg: Any) -> None:
-        values = per_example.value.astype(np.float64)
-        if reg is not None:
-            values = values + float(to_numpy(reg.value if isinstance(reg, Tensor) else reg))
-        self._loss_tracker.update_state(values)
-        for metric in self.compiled_metrics:
-            metric.update_state(y, y_pred)
+        reg = penalty_sum(self.losses)
+        compile_metrics.update(self, y, y_pred, per_example, reg, sample_weight)
 
     # -- data ----------------------------------------------------------------------------------
 
@@ -231,8 +222,8 @@ class Model(Layer):
             initial_epoch: Epoch to start from (resuming).
             seed: Base seed of the per-epoch shuffles.
             sample_weight: One weight per example of array inputs (a Dataset yields
-                ``(x, y, w)`` instead): weights the loss; compiled metrics stay unweighted,
-                as Keras' ``metrics``.
+                ``(x, y, w)`` instead): weights the loss and the ``weighted_metrics``; the
+                plain compiled metrics stay unweighted, as Keras' ``metrics``.
 
         Raises:
             ValueError: ``batch_size`` is not a positive integer or None, or ``x`` has no
@@ -329,11 +320,23 @@ class Model(Layer):
         verbose: Any = 0,
         steps: int | None = None,
         return_dict: bool = False,
+        sample_weight: Any = None,
     ) -> Any:
         """Loss and metrics over every example exactly once (all replicas together).
 
+        Args:
+            x: Inputs (numpy) or a `hpcdist.data.Dataset` of ``(x, y)`` or ``(x, y, w)``.
+            y: Targets when ``x`` is an array.
+            batch_size: Global batch size for arrays (default 32).
+            verbose: Accepted (evaluation prints nothing).
+            steps: Stop after this many batches.
+            return_dict: Return ``{name: value}`` instead of a list.
+            sample_weight: One weight per example of array inputs: weights the loss and the
+                ``weighted_metrics`` (Keras' rule).
+
         Raises:
-            ValueError: ``batch_size`` is not a positive integer or None, or ``x`` is empty.
+            ValueError: ``batch_size`` is not a positive integer or None, ``x`` is empty, or
+                ``sample_weight`` does not match ``x``.
         """
         self._require_compiled()
         check_input(x, batch_size, "evaluate")
@@ -341,7 +344,7 @@ class Model(Layer):
         with self._scope():
             for m in self.metrics:
                 m.reset_state()
-        data = array_batches(x, y, batch_size, False, 0)
+        data = array_batches(x, y, batch_size, False, 0, sample_weight)
         for i, (bx, by, _, *bw) in enumerate(strategy.experimental_distribute_dataset(data)):
             if steps is not None and i >= steps:
                 break

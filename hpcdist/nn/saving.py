@@ -90,6 +90,7 @@ def _compile_config(model: Any) -> dict[str, Any] | None:
         "loss": type(loss).__name__,
         "loss_config": _arguments(loss),
         "metrics": [m.name for m in getattr(model, "compiled_metrics", [])],
+        "weighted_metrics": list(getattr(model, "_weighted_metric_names", [])),
     }
 
 
@@ -193,4 +194,5 @@ def _compile_arguments(config: dict[str, Any]) -> dict[str, Any]:
         "optimizer": optimizer_cls(**config["optimizer_config"]),
         "loss": loss_cls(**config["loss_config"]),
         "metrics": config["metrics"],
+        "weighted_metrics": config.get("weighted_metrics", []),
     }

@@ -180,3 +180,51 @@ def test_model_call_and_weights_layout():
         )
 
     conform(case)
+
+
+@pytest.mark.parametrize("strategy", [False, True])
+def test_weighted_metrics_and_evaluate_sample_weight(strategy):
+    """``weighted_metrics`` see the sample weights of fit and evaluate; ``metrics`` do not.
+
+    A weighted metric whose name a plain one already has is logged as ``weighted_<name>``.
+    """
+    weights = initial_weights(1, "sigmoid")
+    y = (X[:, :1] > 0).astype(F32)
+    w = np.array([1, 2, 0, 1, 3, 1, 0.5, 2] * 2, F32)
+
+    def case(lib):
+        def make():
+            model = build(lib, 1, "sigmoid")
+            model.set_weights(weights)
+            model.compile(
+                optimizer=lib.keras.optimizers.SGD(0.1),
+                loss="binary_crossentropy",
+                metrics=["accuracy", "mse"],
+                weighted_metrics=["accuracy", lib.keras.metrics.MeanAbsoluteError()],
+            )
+            return model
+
+        if strategy:
+            with lib.mirrored().scope():
+                model = make()
+        else:
+            model = make()
+        weighted = model.evaluate(X, y, sample_weight=w, batch_size=4, return_dict=True, verbose=0)
+        plain = model.evaluate(X, y, batch_size=4, return_dict=True, verbose=0)
+        history = model.fit(X, y, sample_weight=w, batch_size=4, epochs=2, shuffle=False, verbose=0)
+        alone = build(lib, 1, "sigmoid")
+        alone.set_weights(weights)
+        alone.compile(optimizer="sgd", loss="binary_crossentropy", weighted_metrics=["accuracy"])
+        return {
+            "weighted": weighted,
+            "plain": plain,
+            "history": {
+                k: list(map(float, v)) for k, v in history.history.items() if k != "time_s"
+            },
+            "alone": alone.evaluate(
+                X, y, sample_weight=w, batch_size=4, return_dict=True, verbose=0
+            ),
+            "weights": model.get_weights(),
+        }
+
+    conform(case)

@@ -8,6 +8,7 @@ what TF 2.21 returns for the same call.
 import numpy as np
 import pytest
 
+import hpcdist as hd
 from hpcdist.nn import metrics
 
 Y_TRUE = np.array([[1, 2, 3], [4, 5, 6]])
@@ -86,3 +87,45 @@ def test_weights_that_do_not_fit_are_rejected():
     # TF 2.21 raises InvalidArgumentError for 3 weights on 2 examples.
     with pytest.raises(ValueError, match=r"sample_weight of shape \(3,\)"):
         metrics.Accuracy().update_state(Y_TRUE, Y_PRED, sample_weight=[1, 3, 4])
+
+
+def test_weighted_metrics_and_evaluate_sample_weight_with_tfs_numbers():
+    """Keras 3.15 (TF 2.21) on the same model, data and weights gives these numbers."""
+    x = np.arange(12, dtype="float32").reshape(6, 2) / 10
+    y = np.array([[0], [1], [1], [0], [1], [0]], dtype="float32")
+    w = np.array([1, 2, 0, 1, 3, 1], dtype="float32")
+
+    def model(**compile_args):
+        m = hd.nn.Sequential(
+            [
+                hd.nn.Input((2,)),
+                hd.nn.layers.Dense(1, activation="sigmoid", kernel_initializer="ones"),
+            ]
+        )
+        m.compile("sgd", "binary_crossentropy", **compile_args)
+        return m
+
+    both = model(
+        metrics=["accuracy", "mse"],
+        weighted_metrics=["accuracy", hd.nn.metrics.MeanAbsoluteError()],
+    )
+    weighted = both.evaluate(x, y, sample_weight=w, batch_size=4, return_dict=True)
+    assert weighted == pytest.approx(
+        {
+            "accuracy": 0.5,
+            "loss": 0.99207276,
+            "mean_absolute_error": 0.42752433,
+            "mse": 0.32279915,
+            "weighted_accuracy": 0.625,
+        },
+        rel=1e-5,
+    )
+    plain = both.evaluate(x, y, batch_size=4, return_dict=True)
+    assert plain["weighted_accuracy"] == 0.5 and plain["loss"] == pytest.approx(0.91399026)
+    assert plain["mean_absolute_error"] == pytest.approx(0.5037956, rel=1e-5)
+    alone = model(weighted_metrics=["accuracy"])
+    assert alone.evaluate(x, y, sample_weight=w, batch_size=4, return_dict=True) == pytest.approx(
+        {"accuracy": 0.625, "loss": 0.99207276}, rel=1e-5
+    )
+    with pytest.raises(ValueError, match="sample_weight"):
+        both.evaluate(x, y, sample_weight=w[:4], batch_size=4)
