@@ -362,7 +362,12 @@ def test_save_and_load_model_round_trip(tmp_path):
     x = layers.Reshape((-1,))(x)
     outputs = layers.Dense(3, kernel_regularizer=hd.nn.regularizers.L2(0.01))(x)
     functional = hd.nn.Model(inputs, outputs)
-    functional.compile(optimizers.SGD(0.05, momentum=0.9), losses.MeanSquaredError(), ["mse"])
+    functional.compile(
+        optimizers.SGD(0.05, momentum=0.9),
+        losses.MeanSquaredError(),
+        ["mse"],
+        weighted_metrics=["mse", "mae"],
+    )
     sequential = hd.nn.Sequential(
         [
             hd.nn.Input((4,)),
@@ -384,6 +389,7 @@ def test_save_and_load_model_round_trip(tmp_path):
     loaded = models.load_model(str(tmp_path / f"{functional.name}.keras"))
     assert isinstance(loaded.optimizer, optimizers.SGD) and loaded.optimizer.momentum == 0.9
     assert isinstance(loaded.loss, losses.MeanSquaredError)
+    assert [m.name for m in loaded.metrics] == ["loss", "mse", "weighted_mse", "mae"]
     assert len(loaded.losses) == 1  # the regularizer came back
 
 
