@@ -228,7 +228,6 @@ class Model(Layer):
         Raises:
             ValueError: ``batch_size`` is not a positive integer or None, or ``x`` has no
                 examples (an empty array, or a Dataset with no batches).
-            NotImplementedError: ``sample_weight`` under ParameterServerStrategy.
         """
         self._require_compiled()
         check_input(x, batch_size, "fit")
@@ -251,11 +250,9 @@ class Model(Layer):
             initial_epoch = max(initial_epoch, self._resume_epoch)
         continuous = ps_fit = None
         if getattr(strategy, "_is_parameter_server", False):
-            if sample_weight is not None:
-                raise NotImplementedError(
-                    "fit(sample_weight=...) under ParameterServerStrategy is not supported"
-                )
-            ps_fit = ParameterServerFit(self, x, y, batch_size, shuffle, seed, steps_per_epoch)
+            ps_fit = ParameterServerFit(
+                self, x, y, batch_size, shuffle, seed, steps_per_epoch, sample_weight
+            )
         elif steps_per_epoch is not None:
             continuous = iter(
                 strategy.experimental_distribute_dataset(

@@ -22,13 +22,16 @@ from hpcdist.strategies.ps.coordinator import ClusterCoordinator
 __all__ = ["ParameterServerFit"]
 
 
-def _worker_batches(x: Any, y: Any, batch_size: int, shuffle: bool, seed: int, ctx: Any) -> Dataset:
-    """This worker's endless batches ``(x, y, rows)``."""
+def _worker_batches(
+    x: Any, y: Any, w: Any, batch_size: int, shuffle: bool, seed: int, ctx: Any
+) -> Dataset:
+    """This worker's endless batches ``(x, y, rows)``, or ``(x, y, rows, w)`` with weights."""
     n, i = ctx.num_input_pipelines, ctx.input_pipeline_id
     if isinstance(x, Dataset):
         return with_batch_rows(x.shard(n, i).repeat(), y)
     xs = np.asarray(x)[i::n]
     ys = None if y is None else np.asarray(y)[i::n]
+    ws = None if w is None else np.asarray(w)[i::n]
     if len(xs) == 0:
         raise ValueError(f"worker {i} of {n} has no data: {len(np.asarray(x))} examples")
 
@@ -38,14 +41,15 @@ def _worker_batches(x: Any, y: Any, batch_size: int, shuffle: bool, seed: int, c
             order = rng.permutation(len(xs)) if shuffle else np.arange(len(xs))
             for lo in range(0, len(xs), batch_size):
                 idx = order[lo : lo + batch_size]
-                yield xs[idx], (None if ys is None else ys[idx]), np.full(len(idx), len(idx))
+                batch = (xs[idx], None if ys is None else ys[idx], np.full(len(idx), len(idx)))
+                yield batch if ws is None else (*batch, ws[idx])
 
     return Dataset(make, INFINITE)
 
 
 def _train_step(model: Any, iterator: Any) -> None:
-    x, y, rows = next(iterator)
-    model.distribute_strategy.run(model.train_step, args=(x, y, rows))
+    x, y, rows, *w = next(iterator)  # (x, y, w) datasets and sample_weight carry weights
+    model.distribute_strategy.run(model.train_step, args=(x, y, rows, *w))
 
 
 class ParameterServerFit:
@@ -53,8 +57,9 @@ class ParameterServerFit:
 
     Args:
         model: A compiled model created under a `ParameterServerStrategy`.
-        x: Inputs (numpy) or a `hpcdist.data.Dataset` of batches ``(x, y)``.
+        x: Inputs (numpy) or a `hpcdist.data.Dataset` of batches ``(x, y)`` or ``(x, y, w)``.
         y: Targets for numpy inputs.
+        sample_weight: One weight per example of numpy inputs, or None.
         batch_size: Batch size of one step on one worker (default 32).
         shuffle: Reshuffle each worker's data every pass.
         seed: Base seed of the shuffles.
@@ -73,6 +78,7 @@ class ParameterServerFit:
         shuffle: bool,
         seed: int,
         steps_per_epoch: int | None,
+        sample_weight: Any = None,
     ) -> None:
         if steps_per_epoch is None:
             raise ValueError(
@@ -89,7 +95,11 @@ class ParameterServerFit:
                 model(sample, training=False)
         with model._scope():
             model.optimizer.build(model.trainable_variables)
-        dataset_fn = functools.partial(_worker_batches, x, y, batch_size or 32, shuffle, seed)
+        if sample_weight is not None and isinstance(x, Dataset):
+            raise ValueError("sample_weight must be None when x is a Dataset (yield (x, y, w))")
+        dataset_fn = functools.partial(
+            _worker_batches, x, y, sample_weight, batch_size or 32, shuffle, seed
+        )
         self.iterator = iter(self.coordinator.create_per_worker_dataset(dataset_fn))
 
     def run_epoch(self, on_batch_end: Any) -> None:

@@ -536,6 +536,34 @@ def case_fit_requires_steps_per_epoch_and_trains():
     raises(ValueError, lambda: model.fit(data, y, steps_per_epoch=2), match="y must be None")
 
 
+def case_fit_with_sample_weights_learns_only_the_weighted_examples():
+    # Half the targets are noise with weight 0: a model trained with the weights fits the other
+    # half; arrays with sample_weight and a dataset of (x, y, w) both reach the workers.
+    x, y = _regression_data()
+    noisy = np.arange(len(x)) % 2 == 1
+    y_mixed = np.where(noisy[:, None], 50.0 * np.sign(x[:, :1]), y).astype(np.float32)
+    w = np.where(noisy, 0.0, 1.0).astype(np.float32)
+    for source in ("arrays", "dataset"):
+        with strategy.scope():
+            model = hd.nn.Sequential([hd.nn.layers.Dense(1, input_shape=(6,))])
+            model.compile(optimizer=hd.nn.optimizers.SGD(0.05), loss="mse")
+        start = float(model.evaluate(x[~noisy], y[~noisy], batch_size=128))
+        if source == "arrays":
+            model.fit(
+                x, y_mixed, sample_weight=w, batch_size=32, epochs=3, steps_per_epoch=30, verbose=0
+            )
+        else:
+            data = hd.data.Dataset.from_tensor_slices((x, y_mixed, w)).batch(32)
+            model.fit(data, epochs=3, steps_per_epoch=30, verbose=0)
+        clean = float(model.evaluate(x[~noisy], y[~noisy], batch_size=128))
+        check(clean < 0.05 * start, f"{source}: weighted examples not learned: {start} -> {clean}")
+    raises(
+        ValueError,
+        lambda: model.fit(data, sample_weight=w, steps_per_epoch=2, verbose=0),
+        match="sample_weight must be None",
+    )
+
+
 def case_checkpoint_restores_into_other_shard_count():
     value = np.arange(36, dtype=np.float32).reshape(12, 3)
     three = sharded(value, 3)
