@@ -1,7 +1,8 @@
 """Losses (Keras): per-example values, then a reduction.
 
-Reductions: ``"auto"`` / ``"sum_over_batch_size"`` (mean over this replica's batch, as in Keras
-3), ``"sum"`` and ``"none"``, also as `Reduction` constants (``Reduction.NONE``). Keras 3's rules
+Reductions: ``"auto"`` / ``"sum_over_batch_size"`` / ``"mean"`` (mean over this replica's batch,
+as in Keras 3), ``"mean_with_sample_weight"`` (the weighted sum over the sum of the weights),
+``"sum"`` and ``"none"``, also as `Reduction` constants (``Reduction.NONE``). Keras 3's rules
 throughout: sample weights are shaped against the losses by ``squeeze_or_expand_to_same_rank``,
 the mean divides by the number of weighted values, a scalar loss is returned as it is, and the
 mean is divided by the current strategy's ``num_replicas_in_sync`` (so the gradients that
@@ -46,14 +47,23 @@ class Reduction:
     NONE = "none"
     SUM = "sum"
     SUM_OVER_BATCH_SIZE = "sum_over_batch_size"
+    MEAN = "mean"
+    MEAN_WITH_SAMPLE_WEIGHT = "mean_with_sample_weight"
 
     @classmethod
     def all(cls) -> tuple[str, ...]:
         """Every reduction."""
-        return (cls.AUTO, cls.NONE, cls.SUM, cls.SUM_OVER_BATCH_SIZE)
+        return (
+            cls.AUTO,
+            cls.NONE,
+            cls.SUM,
+            cls.SUM_OVER_BATCH_SIZE,
+            cls.MEAN,
+            cls.MEAN_WITH_SAMPLE_WEIGHT,
+        )
 
 
-_REDUCTIONS = ("auto", "sum_over_batch_size", "sum", "none")
+_REDUCTIONS = ("auto", "sum_over_batch_size", "mean", "mean_with_sample_weight", "sum", "none")
 _EPS = 1e-7
 
 
@@ -61,8 +71,8 @@ class Loss:
     """Base class: ``loss(y_true, y_pred, sample_weight=None)``.
 
     Args:
-        reduction: ``"auto"``, ``"sum_over_batch_size"``, ``"sum"`` or ``"none"`` (also
-            ``None``, as in Keras 3).
+        reduction: ``"auto"``, ``"sum_over_batch_size"``, ``"mean"``,
+            ``"mean_with_sample_weight"``, ``"sum"`` or ``"none"`` (also ``None``, as in Keras 3).
         name: Name.
 
     Raises:
@@ -83,25 +93,34 @@ class Loss:
 
     def values(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> Tensor:
         """The unreduced, weighted losses (what ``reduction="none"`` returns)."""
+        return self._weighted(y_true, y_pred, sample_weight)[0]
+
+    def _weighted(self, y_true: Any, y_pred: Any, sample_weight: Any) -> tuple[Tensor, Any]:
+        """The weighted losses and the weights as shaped against them (None without)."""
         y_pred = as_tensor(y_pred)
         # Targets join the predictions' array module (a host batch moves to the GPU here).
         y_true = as_array_like(y_true.value if isinstance(y_true, Tensor) else y_true, y_pred.value)
         losses = self.per_example(y_true, y_pred)
-        if sample_weight is not None:
-            weights = as_array_like(sample_weight, losses.value, losses.dtype)
-            losses, weights = _squeeze_or_expand(losses, weights)
-            losses = ops.multiply(losses, weights)
-        return losses
+        if sample_weight is None:
+            return losses, None
+        weights = as_array_like(sample_weight, losses.value, losses.dtype)
+        losses, weights = _squeeze_or_expand(losses, weights)
+        return ops.multiply(losses, weights), weights
 
     def __call__(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> Tensor:
         """Reduced (or per-example, with ``"none"``) loss."""
-        losses = self.values(y_true, y_pred, sample_weight)
+        losses, weights = self._weighted(y_true, y_pred, sample_weight)
         if self.reduction == "none" or losses.shape in ((), (0,)):
             return losses
         total = ops.reduce_sum(losses)
         if self.reduction == "sum":
             return total
-        mean = ops.divide(total, float(max(losses.value.size, 1)))
+        if self.reduction == "mean_with_sample_weight" and weights is not None:
+            divisor = float(weights.sum())
+        else:
+            divisor = float(losses.value.size)
+        # Keras divides "no nan": a zero divisor gives 0
+        mean = ops.divide(total, divisor) if divisor else ops.multiply(total, 0.0)
         replicas = context.get_strategy().num_replicas_in_sync
         return ops.multiply(mean, 1.0 / replicas) if replicas > 1 else mean
 

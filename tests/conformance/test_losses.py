@@ -159,7 +159,26 @@ def per_replica_batches(lib):
     )
 
 
-@pytest.mark.parametrize("reduction", ["default", "sum", "sum_over_batch_size", "none"])
+@pytest.mark.parametrize("reduction", ["mean", "mean_with_sample_weight"])
+@pytest.mark.parametrize(
+    "weight",
+    [None, np.array([1.0, 0.0, 4.0], F32), np.zeros(3, F32), np.array([[2.0], [1.0], [0.5]], F32)],
+)
+def test_keras_3_mean_reductions(reduction, weight):
+    """Keras 3's "mean" (as sum_over_batch_size) and "mean_with_sample_weight" (sum / sum(w))."""
+    y_true, y_pred = np.array([[1.0], [2.0], [3.0]], F32), np.zeros((3, 1), F32)
+    kw = {} if weight is None else {"sample_weight": weight}
+
+    def case(lib):
+        loss = lib.keras.losses.MeanSquaredError(reduction=reduction)
+        return value_and_gradient(lib, loss, y_true, y_pred, **kw)
+
+    conform(case)
+
+
+@pytest.mark.parametrize(
+    "reduction", ["default", "sum", "sum_over_batch_size", "mean_with_sample_weight", "none"]
+)
 def test_keras_loss_inside_strategy_run(reduction):
     """Keras 3 scales a loss computed in a replica by 1 / num_replicas_in_sync (default too)."""
 

@@ -148,3 +148,21 @@ def test_filter_then_repeat_cardinality():
 def test_cluster_spec_empty_job_as_dict():
     spec = hd.cluster.ClusterSpec({"ps": [], "worker": {1: "w1:2222"}})
     assert spec.as_dict() == {"ps": {}, "worker": {1: "w1:2222"}}
+
+
+def test_keras_3_mean_reductions():
+    """TF 2.21 / Keras 3.15: "mean" is sum_over_batch_size; "mean_with_sample_weight" divides
+    the weighted sum by the sum of the weights, and by nothing (0) when they sum to 0."""
+    y, p = np.array([[1.0], [2.0], [3.0]]), np.zeros((3, 1))
+    w = np.array([1.0, 0.0, 4.0])
+
+    def value(reduction, weight=None):
+        loss = hd.nn.losses.MeanSquaredError(reduction=reduction)
+        return float(np.asarray(loss(y, p, sample_weight=weight).value))
+
+    assert value("mean") == pytest.approx(14 / 3) and value("mean", w) == pytest.approx(37 / 3)
+    assert value("mean_with_sample_weight") == pytest.approx(14 / 3)
+    assert value("mean_with_sample_weight", w) == pytest.approx(37 / 5)
+    assert value("mean_with_sample_weight", np.zeros(3)) == 0.0
+    with pytest.raises(ValueError, match="reduction must be one of"):
+        hd.nn.losses.MeanSquaredError(reduction="average")
