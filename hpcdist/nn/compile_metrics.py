@@ -2,8 +2,8 @@
 
 Keras' rules: plain metrics never see sample weights; weighted metrics get the weights of
 ``fit`` and ``evaluate``, and one whose name a plain metric already has is logged as
-``weighted_<name>``. The loss tracker averages each example's weighted loss (plus the
-regularization penalty), which is Keras' batch-size-weighted mean of the batch losses.
+``weighted_<name>``. The loss tracker is Keras' batch-size-weighted mean of each replica's
+batch loss (reduced as the compiled loss says, unscaled by the replicas, plus the penalty).
 """
 
 from __future__ import annotations
@@ -37,13 +37,29 @@ def build(metrics: Any, weighted_metrics: Any, loss: Any) -> tuple[list, list, l
 
 
 def update(
-    model: Any, y: Any, y_pred: Tensor, per_example: Tensor, reg: Any, sample_weight: Any
+    model: Any,
+    y: Any,
+    y_pred: Tensor,
+    loss: tuple[float, Tensor],
+    reg: Any,
+    sample_weight: Any,
 ) -> None:
-    """Update ``model``'s loss tracker, plain and weighted metrics with one replica's batch."""
-    values = per_example.value.astype(np.float64)
+    """Update ``model``'s loss tracker, plain and weighted metrics with one replica's batch.
+
+    Args:
+        model: The model.
+        y: Targets.
+        y_pred: Predictions.
+        loss: The replica's batch loss as the tracker records it (`replica_loss`) and its
+            per-example losses (their count weights the batch in the tracker's mean).
+        reg: The regularization penalty, or None.
+        sample_weight: The batch's weights, or None.
+    """
+    tracked, per_example = loss
     if reg is not None:
-        values = values + float(to_numpy(reg.value if isinstance(reg, Tensor) else reg))
-    model._loss_tracker.update_state(values)
+        tracked += float(to_numpy(reg.value if isinstance(reg, Tensor) else reg))
+    rows = per_example.shape[0] if per_example.ndim else 1
+    model._loss_tracker.update_state(np.array([tracked]), sample_weight=np.array([float(rows)]))
     for metric in model.compiled_metrics:
         metric.update_state(y, y_pred)
     for metric in model.compiled_weighted_metrics:

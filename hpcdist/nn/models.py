@@ -26,7 +26,7 @@ from hpcdist.nn import optimizers as optimizers_mod
 from hpcdist.nn.base_layer import Layer, get_registered_class, input_shapes
 from hpcdist.nn.batches import array_batches, check_input
 from hpcdist.nn.callbacks import Callback, CallbackList, History, ProgressBar
-from hpcdist.nn.example_losses import penalty_sum, per_example_losses
+from hpcdist.nn.example_losses import penalty_sum, per_example_losses, replica_loss
 from hpcdist.nn.input_layer import InputLayer
 from hpcdist.nn.keras_tensor import KerasTensor, is_symbolic, symbolic_call
 from hpcdist.nn.ps_training import ParameterServerFit
@@ -155,8 +155,9 @@ class Model(Layer):
     ) -> None:
         """One replica's step: forward, loss over the global batch, gradients, update, metrics.
 
-        With ``sample_weight`` each example's loss is weighted, and the sum is still divided by
-        the global batch size (Keras' ``sum_over_batch_size``).
+        With ``sample_weight`` each example's loss is weighted; the batch loss is reduced as the
+        compiled loss's ``reduction`` says (`replica_loss`: by default the sum over the global
+        batch size, Keras' ``sum_over_batch_size``).
         """
         n = float(global_rows[0]) if len(global_rows) else 1.0
         replicas = self.distribute_strategy.num_replicas_in_sync
@@ -164,7 +165,9 @@ class Model(Layer):
         with GradientTape() as tape:
             y_pred = self(x, training=True)
             per_example = per_example_losses(self.loss, y, y_pred, sample_weight)
-            loss = ops.divide(ops.reduce_sum(per_example), n)
+            loss, tracked = replica_loss(
+                self.loss, per_example, y_pred.ndim == 1, sample_weight, n, replicas
+            )
             reg = penalty_sum(self.losses)
             if reg is not None:
                 loss = ops.add(loss, ops.divide(reg, replicas))
@@ -179,14 +182,19 @@ class Model(Layer):
             self.optimizer.apply_gradients(
                 zip(grads, variables, strict=True), skip_gradients_aggregation=True
             )
-        compile_metrics.update(self, y, y_pred, per_example, reg, sample_weight)
+        compile_metrics.update(self, y, y_pred, (tracked, per_example), reg, sample_weight)
 
     def test_step(self, x: Any, y: Any, sample_weight: Any = None) -> None:
         """One replica's evaluation step."""
         y_pred = self(x, training=False)
         per_example = per_example_losses(self.loss, y, y_pred, sample_weight)
+        replicas = self.distribute_strategy.num_replicas_in_sync
+        rows = float(per_example.shape[0] * replicas) if per_example.ndim else 1.0
+        _, tracked = replica_loss(
+            self.loss, per_example, y_pred.ndim == 1, sample_weight, rows, replicas
+        )
         reg = penalty_sum(self.losses)
-        compile_metrics.update(self, y, y_pred, per_example, reg, sample_weight)
+        compile_metrics.update(self, y, y_pred, (tracked, per_example), reg, sample_weight)
 
     # -- data ----------------------------------------------------------------------------------
 

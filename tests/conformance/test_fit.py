@@ -228,3 +228,32 @@ def test_weighted_metrics_and_evaluate_sample_weight(strategy):
         }
 
     conform(case)
+
+
+@pytest.mark.parametrize("strategy", [False, True])
+@pytest.mark.parametrize("reduction", ["sum", "mean", "mean_with_sample_weight"])
+def test_fit_honours_the_losss_reduction(reduction, strategy):
+    """Keras' fit reduces with the compiled loss's own reduction (per replica, then summed)."""
+    weights = initial_weights(1)
+
+    def case(lib):
+        def make():
+            model = build(lib, 1)
+            model.set_weights(weights)
+            model.compile(
+                optimizer=lib.keras.optimizers.SGD(0.01),
+                loss=lib.keras.losses.MeanSquaredError(reduction=reduction),
+            )
+            return model
+
+        if strategy:
+            with lib.mirrored().scope():
+                model = make()
+        else:
+            model = make()
+        history = model.fit(
+            X, Y_REG, sample_weight=SAMPLE_WEIGHT, batch_size=4, epochs=2, shuffle=False, verbose=0
+        )
+        return {"loss": [float(v) for v in history.history["loss"]], "weights": model.get_weights()}
+
+    conform(case)

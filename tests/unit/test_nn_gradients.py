@@ -103,7 +103,7 @@ def test_loss_values_match_their_definitions():
     with pytest.raises(ValueError, match="labels must be in"):
         scce(np.array([3, 0]), logits)
     with pytest.raises(ValueError, match="reduction"):
-        losses.MeanSquaredError(reduction="mean")
+        losses.MeanSquaredError(reduction="average")
     with pytest.raises(ValueError, match="unknown loss"):
         losses.get("hinge-ish")
 

@@ -111,7 +111,11 @@ def test_batch_scalars_are_the_running_epoch_logs(tmp_path):
     # the running loss after an epoch's last step is that epoch's loss in History
     last = [v for s, v in train["batch_loss"] if s % steps == 0]
     assert last == [np.float32(v) for v in history.history["loss"]]
-    assert train["batch_mse"] == train["batch_loss"]  # the mse metric is the loss here
+    # the mse metric is the loss here (tracked per batch vs per example: float32 round-off)
+    assert [s for s, _ in train["batch_mse"]] == [s for s, _ in train["batch_loss"]]
+    np.testing.assert_allclose(
+        [v for _, v in train["batch_mse"]], [v for _, v in train["batch_loss"]], rtol=1e-6
+    )
 
 
 def test_update_freq_every_n_steps(tmp_path):
