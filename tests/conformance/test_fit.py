@@ -28,6 +28,21 @@ def build(lib, outputs, activation=None):
     )
 
 
+def compiled_model(lib, weights, strategy, outputs=1, activation=None, **compile_args):
+    """A model holding ``weights``, compiled; made in the mirrored strategy's scope if asked."""
+
+    def make():
+        model = build(lib, outputs, activation)
+        model.set_weights(weights)
+        model.compile(**compile_args)
+        return model
+
+    if not strategy:
+        return make()
+    with lib.mirrored().scope():
+        return make()
+
+
 def initial_weights(outputs, activation=None):
     TF.keras.utils.set_random_seed(1)
     return [np.asarray(w) for w in build(TF, outputs, activation).get_weights()]
@@ -193,22 +208,16 @@ def test_weighted_metrics_and_evaluate_sample_weight(strategy):
     w = np.array([1, 2, 0, 1, 3, 1, 0.5, 2] * 2, F32)
 
     def case(lib):
-        def make():
-            model = build(lib, 1, "sigmoid")
-            model.set_weights(weights)
-            model.compile(
-                optimizer=lib.keras.optimizers.SGD(0.1),
-                loss="binary_crossentropy",
-                metrics=["accuracy", "mse"],
-                weighted_metrics=["accuracy", lib.keras.metrics.MeanAbsoluteError()],
-            )
-            return model
-
-        if strategy:
-            with lib.mirrored().scope():
-                model = make()
-        else:
-            model = make()
+        model = compiled_model(
+            lib,
+            weights,
+            strategy,
+            activation="sigmoid",
+            optimizer=lib.keras.optimizers.SGD(0.1),
+            loss="binary_crossentropy",
+            metrics=["accuracy", "mse"],
+            weighted_metrics=["accuracy", lib.keras.metrics.MeanAbsoluteError()],
+        )
         weighted = model.evaluate(X, y, sample_weight=w, batch_size=4, return_dict=True, verbose=0)
         plain = model.evaluate(X, y, batch_size=4, return_dict=True, verbose=0)
         history = model.fit(X, y, sample_weight=w, batch_size=4, epochs=2, shuffle=False, verbose=0)
@@ -237,20 +246,13 @@ def test_fit_honours_the_losss_reduction(reduction, strategy):
     weights = initial_weights(1)
 
     def case(lib):
-        def make():
-            model = build(lib, 1)
-            model.set_weights(weights)
-            model.compile(
-                optimizer=lib.keras.optimizers.SGD(0.01),
-                loss=lib.keras.losses.MeanSquaredError(reduction=reduction),
-            )
-            return model
-
-        if strategy:
-            with lib.mirrored().scope():
-                model = make()
-        else:
-            model = make()
+        model = compiled_model(
+            lib,
+            weights,
+            strategy,
+            optimizer=lib.keras.optimizers.SGD(0.01),
+            loss=lib.keras.losses.MeanSquaredError(reduction=reduction),
+        )
         history = model.fit(
             X, Y_REG, sample_weight=SAMPLE_WEIGHT, batch_size=4, epochs=2, shuffle=False, verbose=0
         )
