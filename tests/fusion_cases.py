@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
+import hpcdist as hd
+
+#: The reference path: one MPI all-reduce per tensor.
+MPI_OPTS = hd.CommunicationOptions(implementation="mpi")
+
 
 def tensors(
     rank: int, dtype: type, seed: int = 0, count: int = 60, strided: bool = True

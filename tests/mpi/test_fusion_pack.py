@@ -15,12 +15,11 @@ import pytest
 
 import hpcdist as hd
 from hpcdist.errors import CollectiveMismatchError
-from tests.fusion_cases import tensors
+from tests.fusion_cases import MPI_OPTS, tensors
 
 pytestmark = pytest.mark.mpi(min_size=2)
 
 PACKS = [64 << 10, 1 << 20, 4 << 20, 64 << 20, 0]
-MPI_OPTS = hd.CommunicationOptions(implementation="mpi")
 
 
 @pytest.fixture(scope="module")
