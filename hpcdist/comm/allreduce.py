@@ -34,7 +34,7 @@ from hpcdist.comm.options import CommunicationImplementation, CommunicationOptio
 from hpcdist.comm.outputs import OutputPool
 from hpcdist.comm.reduce_op import ReduceOp
 from hpcdist.errors import DeadlineExceededError
-from hpcdist.utils.xp import array_module
+from hpcdist.utils.xp import array_module, is_device_array
 
 __all__ = ["AllReduce"]
 
@@ -154,11 +154,12 @@ class AllReduce:
             error = check_reducible(arr.dtype, op)
         if on_device and error is None:
             error = device_reduce_error(arr.dtype, op)
-        writeable = (type(x) is np.ndarray and x.flags.writeable) or on_device
+        # a CuPy array staged through the host gets its result copied back to the device
+        writeable = (type(x) is np.ndarray and x.flags.writeable) or is_device_array(x)
         if in_place and error is None and not writeable:
             error = (
-                f"allreduce_ works in place on writeable numpy (or device-carried CuPy) arrays "
-                f"only, got {_type_name(x)}"
+                f"allreduce_ works in place on writeable numpy or CuPy arrays only, got "
+                f"{_type_name(x)}"
             )
         self.env.reject(error, why)
         return self.reduce(x, arr, back, op, opts, header, deadline, in_place, path)
@@ -237,7 +238,9 @@ class AllReduce:
         if arr.ndim != 1:
             result = result.reshape(arr.shape)
         if in_place:
-            if fresh or dst is not src:
+            if back is not None and arr is not x:  # staged: the device array gets the result
+                x[...] = back(result)
+            elif fresh or dst is not src:
                 arr[...] = result
             return x
         return result if back is None else back(result)
@@ -254,7 +257,7 @@ class AllReduce:
         """All-reduce ``xs`` in packs of about ``bytes_per_pack`` bytes (tensor fusion).
 
         With ``in_place`` the results are written into ``xs`` (which are returned): writeable
-        numpy arrays or device-carried CuPy arrays that share no memory with one another.
+        numpy or CuPy arrays (a staged CuPy array gets its result copied back) that share no memory.
         """
         opts = self.ctx.opts(options)
         env = self.env
@@ -295,16 +298,18 @@ class AllReduce:
         for indices in plan:
             members = [arrays[i] for i in indices]
             deadline = env.begin(kind, opts.timeout)
+            # in place straight into the members only when they are the caller's arrays
+            into = in_place and all(arrays[i] is xs[i] for i in indices)
             reduced = env.guard(
                 deadline,
-                lambda m=members, d=deadline: self._pack(
-                    m, op, opts, d, kind, layout, path, nccl_error, in_place
+                lambda m=members, d=deadline, into=into: self._pack(
+                    m, op, opts, d, kind, layout, path, nccl_error, into
                 ),
             )
             if in_place:
-                if reduced is not None:  # a pack buffer: copy back into the members
-                    for m, part in zip(members, fusion.unpack(reduced, members), strict=True):
-                        m[...] = part
+                if reduced is not None:  # a pack buffer: copy back into the caller's arrays
+                    for i, part in zip(indices, fusion.unpack(reduced, members), strict=True):
+                        xs[i][...] = part if hosts[i][0] is xs[i] else hosts[i][1](part)
                 continue
             for i, part in zip(indices, fusion.unpack(reduced, members), strict=True):
                 results[i] = hosts[i][1](part)
@@ -396,21 +401,24 @@ def _check_in_place(xs: Sequence[Any], path: str | None) -> None:
         path: The GPU path carrying them (None: host arrays, which must be numpy).
 
     Raises:
-        TypeError: An array that is not writeable numpy (or device-carried CuPy).
+        TypeError: An array that is neither writeable numpy nor CuPy.
         ValueError: Two arrays that share memory (the results would depend on the order).
     """
     for i, x in enumerate(xs):
+        if is_device_array(x):  # carried by the device, or staged and copied back
+            continue
         if path is None and not (type(x) is np.ndarray and x.flags.writeable):
             got = "array {i} is read-only" if type(x) is np.ndarray else "got {t} at index {i}"
             raise TypeError(
-                "grouped_allreduce_ works in place on writeable numpy (or device-carried CuPy) "
-                "arrays only, " + got.format(i=i, t=_type_name(x))
+                "grouped_allreduce_ works in place on writeable numpy or CuPy arrays only, "
+                + got.format(i=i, t=_type_name(x))
             )
     if path is not None:
         return
-    if len({id(x) for x in xs}) == len(xs) and all(x.base is None for x in xs):
+    host = [(i, x) for i, x in enumerate(xs) if type(x) is np.ndarray]  # device: not checked
+    if len({id(x) for _, x in host}) == len(host) and all(x.base is None for _, x in host):
         return  # distinct arrays that own their memory cannot overlap
-    spans = sorted((*byte_bounds(x), i) for i, x in enumerate(xs) if x.size)
+    spans = sorted((*byte_bounds(x), i) for i, x in host if x.size)
     open_: list[tuple[int, int, int]] = []  # spans that reach past the current start
     for low, high, j in spans:
         open_ = [span for span in open_ if span[1] > low]

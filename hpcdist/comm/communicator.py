@@ -236,9 +236,10 @@ class Communicator:
     ) -> list[Any]:
         """`grouped_allreduce` in place: each array of ``xs`` receives its result.
 
-        The arrays must be writeable numpy (or device-carried CuPy) arrays that share no
-        memory with one another. On one node through shared memory the results go from the
-        segment straight into the arrays, with no pack or result buffer.
+        The arrays must be writeable numpy or CuPy arrays (staged ones get their results copied
+        back to the device) that share no memory with one another. On one node through shared
+        memory the results go from the segment straight into the arrays, with no pack or result
+        buffer.
 
         Returns:
             ``xs`` (as a list).

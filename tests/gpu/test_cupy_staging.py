@@ -20,15 +20,16 @@ def test_cupy_in_cupy_out_through_the_host():
     z = comm.grouped_allreduce([x, x * 2], options=STAGED)
     assert all(isinstance(a, cupy.ndarray) for a in z)
     assert isinstance(comm.broadcast(x, options=STAGED), cupy.ndarray)
-    # in place needs the device to carry the data (as allreduce_): staged arrays are refused
+    # in place, staged through the host: the results are copied back into the device arrays
     pair = [cupy.arange(4, dtype=cupy.float64), cupy.ones((2, 3), dtype=cupy.float32)]
-    for call in (
-        lambda: comm.allreduce_(pair[0], options=STAGED),
-        lambda: comm.grouped_allreduce_(pair, options=STAGED),
-    ):
-        with pytest.raises(TypeError, match=r"device-carried CuPy\) arrays only, got cupy.ndarray"):
-            call()
-    np.testing.assert_array_equal(cupy.asnumpy(pair[0]), np.arange(4))
+    assert comm.allreduce_(pair[0], options=STAGED) is pair[0]
+    np.testing.assert_array_equal(cupy.asnumpy(pair[0]), np.arange(4) * comm.size)
+    got = comm.grouped_allreduce_(pair, options=STAGED)
+    assert got[0] is pair[0] and got[1] is pair[1]
+    np.testing.assert_array_equal(cupy.asnumpy(pair[0]), np.arange(4) * comm.size**2)
+    np.testing.assert_array_equal(cupy.asnumpy(pair[1]), np.full((2, 3), comm.size))
+    with pytest.raises(TypeError, match=r"numpy or CuPy arrays only, got list"):
+        comm.allreduce_([1.0, 2.0], options=STAGED)
 
 
 def test_staging_uses_pinned_memory_and_keeps_values():
