@@ -141,6 +141,34 @@ def launch_round(
     return out
 
 
+def collect_rounds(
+    script: str, args: Any, passed: Sequence[str], names: Sequence[str]
+) -> tuple[list[dict[str, float]], list[str], dict[str, Any]]:
+    """Run ``args.rounds`` rounds of the contenders in ``args.workers`` (see `launch_round`).
+
+    Returns:
+        One dict per round (contender name in ``names`` -> its figure), the failures, and the
+        workers' other results merged (a dict-valued one key by key: each worker adds its own).
+    """
+    workers = args.workers.split(",")
+    rounds: list[dict[str, float]] = []
+    errors: list[str] = []
+    extra: dict[str, Any] = {}
+    for r in range(args.rounds):
+        got: dict[str, float] = {}
+        for _, res in launch_round(script, workers, r, passed, args.timeout, errors):
+            for key, value in res.items():
+                if key in names:
+                    got[key] = value
+                elif isinstance(value, dict):
+                    extra.setdefault(key, {}).update(value)
+                else:
+                    extra[key] = value
+        rounds.append(got)
+        print(f"round {r + 1}/{args.rounds}: " + str(got), file=sys.stderr)
+    return rounds, errors, extra
+
+
 def peer_env(worker: str) -> dict[str, str]:
     """Rendezvous settings for a two-process torch or TensorFlow job on localhost."""
     if worker.startswith("torch"):

@@ -21,16 +21,15 @@ barriers. Medians over rounds; ratios are peer time / hpcdist time within a roun
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 import numpy as np
 from _common import (
     RATIO_NOTE,
     bar_plot,
+    collect_rounds,
     driver_parser,
     emit,
-    launch_round,
     loop_time,
     machine,
     summarise,
@@ -166,18 +165,8 @@ def main() -> None:
         {"mpi": worker_mpi, "torch": worker_torch, "tf": worker_tf}[args.worker](args)
         return
 
-    workers = args.workers.split(",")
     passed = ["--tensors", str(args.tensors), "--reps", str(args.reps)]
-    rounds: list[dict[str, float]] = []
-    errors: list[str] = []
-    extra: dict[str, Any] = {}
-    for r in range(args.rounds):
-        got: dict[str, float] = {}
-        for _, res in launch_round(__file__, workers, r, passed, args.timeout, errors):
-            got.update({k: v for k, v in res.items() if k in NAMES})
-            extra.update({k: v for k, v in res.items() if k not in NAMES})
-        rounds.append(got)
-        print(f"round {r + 1}/{args.rounds}: " + str(got), file=sys.stderr)
+    rounds, errors, extra = collect_rounds(__file__, args, passed, NAMES)
     rows = summarise(rounds, "hpcdist", NAMES)
     result = {
         "benchmark": "peers_fusion",

@@ -30,14 +30,13 @@ import argparse
 import os
 import sys
 import time
-from typing import Any
 
 import numpy as np
 from _common import (
     bar_plot,
+    collect_rounds,
     driver_parser,
     emit,
-    launch_round,
     machine,
     numpy_blas,
     summarise,
@@ -236,18 +235,9 @@ def main() -> None:
         {"hpcdist": worker_hpcdist, "torch": worker_torch, "tf": worker_tf}[args.worker](args)
         return
 
-    workers = args.workers.split(",")
     passed = ["--per-replica-batch", str(args.per_replica_batch), "--steps", str(args.steps)]
-    rounds: list[dict[str, float]] = []
-    errors: list[str] = []
-    blas: dict[str, Any] = {}
-    for r in range(args.rounds):
-        got: dict[str, float] = {}
-        for _, res in launch_round(__file__, workers, r, passed, args.timeout, errors):
-            blas.update(res.get("blas", {}))
-            got.update({k: v for k, v in res.items() if k in NAMES})
-        rounds.append(got)
-        print(f"round {r + 1}/{args.rounds}: " + str(got), file=sys.stderr)
+    rounds, errors, extra = collect_rounds(__file__, args, passed, NAMES)
+    blas = extra.get("blas", {})
     global_batch = 2 * args.per_replica_batch
     rows = summarise(rounds, "hpcdist", NAMES)
     for row in rows.values():
