@@ -279,7 +279,7 @@ class AllReduce:
                     nccl_error = None
             arrays = [a for a, _ in hosts]
             if in_place:
-                _check_in_place(xs, path)
+                _check_in_place(xs)
             whole = None
             if path is None:
                 whole = functools.partial(
@@ -309,7 +309,7 @@ class AllReduce:
             if in_place:
                 if reduced is not None:  # a pack buffer: copy back into the caller's arrays
                     for i, part in zip(indices, fusion.unpack(reduced, members), strict=True):
-                        xs[i][...] = part if hosts[i][0] is xs[i] else hosts[i][1](part)
+                        xs[i][...] = hosts[i][1](part)  # staged arrays go back to the device
                 continue
             for i, part in zip(indices, fusion.unpack(reduced, members), strict=True):
                 results[i] = hosts[i][1](part)
@@ -393,12 +393,12 @@ def _raise(exc: BaseException) -> None:
     raise exc
 
 
-def _check_in_place(xs: Sequence[Any], path: str | None) -> None:
+def _check_in_place(xs: Sequence[Any]) -> None:
     """Raise unless every array of ``xs`` can take its result in place, alone.
 
     Args:
-        xs: The arrays of a ``grouped_allreduce_``.
-        path: The GPU path carrying them (None: host arrays, which must be numpy).
+        xs: The arrays of a ``grouped_allreduce_``: writeable numpy, or CuPy (whose overlaps
+            are not checked).
 
     Raises:
         TypeError: An array that is neither writeable numpy nor CuPy.
@@ -407,14 +407,12 @@ def _check_in_place(xs: Sequence[Any], path: str | None) -> None:
     for i, x in enumerate(xs):
         if is_device_array(x):  # carried by the device, or staged and copied back
             continue
-        if path is None and not (type(x) is np.ndarray and x.flags.writeable):
+        if not (type(x) is np.ndarray and x.flags.writeable):
             got = "array {i} is read-only" if type(x) is np.ndarray else "got {t} at index {i}"
             raise TypeError(
                 "grouped_allreduce_ works in place on writeable numpy or CuPy arrays only, "
                 + got.format(i=i, t=_type_name(x))
             )
-    if path is not None:
-        return
     host = [(i, x) for i, x in enumerate(xs) if type(x) is np.ndarray]  # device: not checked
     if len({id(x) for _, x in host}) == len(host) and all(x.base is None for _, x in host):
         return  # distinct arrays that own their memory cannot overlap

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from hpcdist.comm.reduce_op import ReduceOp
+from hpcdist.utils.xp import is_device_array
 
 __all__ = [
     "check_numeric",
@@ -28,10 +29,6 @@ __all__ = [
 ]
 
 
-def _is_cupy(x: Any) -> bool:
-    return type(x).__module__.split(".", 1)[0] == "cupy"
-
-
 def to_host(x: Any) -> tuple[np.ndarray, Callable[[np.ndarray], Any]]:
     """Return a numpy view or copy of ``x`` and a function that converts results back.
 
@@ -40,7 +37,7 @@ def to_host(x: Any) -> tuple[np.ndarray, Callable[[np.ndarray], Any]]:
     """
     if isinstance(x, np.ndarray):
         arr, back = x, _identity
-    elif _is_cupy(x):
+    elif is_device_array(x):
         import cupy
 
         arr, back = stage_to_host(x), cupy.asarray
