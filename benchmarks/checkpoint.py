@@ -163,6 +163,8 @@ def main() -> None:
             "async_snapshot_again_s": again_s,
             "raw_fresh_copy_s": fresh_s,
             "raw_refill_copy_s": refill_s,
+            "async_snapshot_over_raw_fresh_copy": snapshot_s / fresh_s,
+            "async_snapshot_again_over_raw_refill": again_s / refill_s,
             "step_ms_quiet": float(np.median(quiet) * 1e3),
             "step_ms_during_async_save": float(np.median(during) * 1e3),
         }
@@ -171,8 +173,9 @@ def main() -> None:
             f"(ratio {result['write_ratio']:.2f}), file {result['file_write_GBs']:.2f}; restore "
             f"{result['hpcdist_read_GBs']:.2f} vs read_direct {result['h5py_read_direct_GBs']:.2f} "
             f"(ratio {result['restore_ratio']:.2f}), h5py read {result['h5py_read_GBs']:.2f}; "
-            f"async snapshot {snapshot_s * 1e3:.0f} ms (raw fresh copy {fresh_s * 1e3:.0f}), "
-            f"again {again_s * 1e3:.0f} ms (raw refill {refill_s * 1e3:.0f}), "
+            f"async snapshot {snapshot_s * 1e3:.0f} ms (raw fresh copy {fresh_s * 1e3:.0f}, "
+            f"ratio {snapshot_s / fresh_s:.2f}), again {again_s * 1e3:.0f} ms (raw refill "
+            f"{refill_s * 1e3:.0f}, ratio {again_s / refill_s:.2f}), "
             f"step {result['step_ms_quiet']:.2f} -> {result['step_ms_during_async_save']:.2f} ms",
             file=sys.stderr,
         )
