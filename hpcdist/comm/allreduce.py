@@ -397,8 +397,7 @@ def _check_in_place(xs: Sequence[Any]) -> None:
     """Raise unless every array of ``xs`` can take its result in place, alone.
 
     Args:
-        xs: The arrays of a ``grouped_allreduce_``: writeable numpy, or CuPy (whose overlaps
-            are not checked).
+        xs: The arrays of a ``grouped_allreduce_``: writeable numpy, or CuPy.
 
     Raises:
         TypeError: An array that is neither writeable numpy nor CuPy.
@@ -413,15 +412,44 @@ def _check_in_place(xs: Sequence[Any]) -> None:
                 "grouped_allreduce_ works in place on writeable numpy or CuPy arrays only, "
                 + got.format(i=i, t=_type_name(x))
             )
-    host = [(i, x) for i, x in enumerate(xs) if type(x) is np.ndarray]  # device: not checked
-    if len({id(x) for _, x in host}) == len(host) and all(x.base is None for _, x in host):
-        return  # distinct arrays that own their memory cannot overlap
-    spans = sorted((*byte_bounds(x), i) for i, x in host if x.size)
+    host = [i for i, x in enumerate(xs) if type(x) is np.ndarray]
+    if len({id(xs[i]) for i in host}) != len(host) or any(xs[i].base is not None for i in host):
+        # only views or repeated arrays can overlap (arrays that own their memory cannot)
+        spans = [(*byte_bounds(xs[i]), i) for i in host if xs[i].size]
+        _refuse_overlaps(xs, spans, np.shares_memory)
+    if len(host) < len(xs):
+        device = [
+            (*_device_bounds(x), i) for i, x in enumerate(xs) if is_device_array(x) and x.size
+        ]
+        _refuse_overlaps(xs, device, array_module(*xs).shares_memory)
+
+
+def _device_bounds(x: Any) -> tuple[int, int]:
+    """The device addresses ``[low, high)`` a CuPy array's elements lie in."""
+    low = high = x.data.ptr
+    for n, stride in zip(x.shape, x.strides, strict=True):
+        if stride < 0:
+            low += (n - 1) * stride
+        else:
+            high += (n - 1) * stride
+    return low, high + x.itemsize
+
+
+def _refuse_overlaps(xs: Sequence[Any], spans: list[tuple[int, int, int]], shares: Any) -> None:
+    """Raise ValueError for the first two arrays that share memory.
+
+    Args:
+        xs: The arrays.
+        spans: ``(low, high, index)``: the address range of each array to check.
+        shares: ``shares_memory`` of the arrays' module, asked only when two ranges meet and
+            one of the arrays is not contiguous (two contiguous ones then overlap).
+    """
     open_: list[tuple[int, int, int]] = []  # spans that reach past the current start
-    for low, high, j in spans:
+    for low, high, j in sorted(spans):
         open_ = [span for span in open_ if span[1] > low]
         for _, _, i in open_:
-            if np.shares_memory(xs[i], xs[j]):
+            dense = xs[i].flags.c_contiguous and xs[j].flags.c_contiguous
+            if dense or shares(xs[i], xs[j]):
                 raise ValueError(
                     f"grouped_allreduce_ needs arrays that share no memory, but arrays "
                     f"{min(i, j)} and {max(i, j)} overlap"

@@ -106,6 +106,27 @@ def test_fusion_in_place_on_the_device(comm):
         cupy.testing.assert_array_equal(x, w)
 
 
+def test_fusion_in_place_refuses_overlapping_device_arrays(comm):
+    buf = cupy.arange(12, dtype=cupy.float32)
+    before = buf.copy()
+    grid = buf.reshape(3, 4)
+    for xs, pair in [
+        ([buf[:5], cupy.ones(3), buf[4:]], "0 and 2"),  # contiguous slices sharing buf[4]
+        ([cupy.ones(2), buf, buf], "1 and 2"),  # one array twice
+        ([grid[:, 1], grid[1]], "0 and 1"),  # a column and a row cross at grid[1, 1]
+        ([grid[:, ::-2], grid[2, :2]], "0 and 1"),  # negative strides reach back to grid[2, 1]
+    ]:
+        with pytest.raises(ValueError, match=f"share no memory, but arrays {pair} overlap"):
+            comm.grouped_allreduce_(xs, "sum")
+    cupy.testing.assert_array_equal(buf, before)  # refused before anything was reduced
+    # interleaved views lie within each other's bounds but share no element: reduced
+    xs = [buf[::2], buf[1::2], cupy.ones(3)]
+    got = comm.grouped_allreduce_(xs, "sum")
+    assert all(g is x for g, x in zip(got, xs, strict=True))
+    cupy.testing.assert_array_equal(buf[::2], before[::2] * comm.size)
+    cupy.testing.assert_array_equal(buf[1::2], before[1::2] * comm.size)
+
+
 def test_broadcast_allgather_reduce_scatter_on_the_device(comm):
     x = cupy.arange(12, dtype=cupy.float32).reshape(4, 3) + comm.rank
     b = comm.broadcast(x, root=0)

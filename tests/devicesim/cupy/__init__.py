@@ -185,6 +185,10 @@ class ndarray:  # noqa: N801 - CuPy's name
         return self._a.itemsize
 
     @property
+    def strides(self) -> tuple[int, ...]:
+        return self._a.strides
+
+    @property
     def flags(self) -> _Flags:
         return _Flags(self._a)
 
@@ -406,6 +410,12 @@ def stack(arrays: Any, axis: int = 0) -> ndarray:
 
 def asnumpy(a: Any) -> np.ndarray:
     return a.get() if isinstance(a, ndarray) else np.asarray(a)
+
+
+def shares_memory(a: ndarray, b: ndarray, max_work: Any = None) -> bool:
+    """Whether two device arrays share an element (CuPy's exact test; a bool)."""
+    del max_work
+    return bool(np.shares_memory(a._a, b._a))
 
 
 def get_array_module(*args: Any) -> Any:
