@@ -60,11 +60,13 @@ def test_a_rank_that_leaves_early_ends_the_job_within_the_deadline(n, how, other
 
 @pytest.mark.parametrize("n", [2, 4])
 def test_a_rank_that_leaves_when_nobody_needs_it_ends_the_job_normally(n):
-    job = run_job(n, [SCRIPT, "clean", "raise"], timeout=60, HPCDIST_TIMEOUT_SECONDS=str(DEADLINE))
+    deadline = 20.0  # far beyond the clean exit, so that waiting for it cannot pass unseen
+    job = run_job(n, [SCRIPT, "clean", "raise"], timeout=60, HPCDIST_TIMEOUT_SECONDS=str(deadline))
     assert job.returncode == 0, job.output
     assert "Abort" not in job.output and "hpcdist WARNING" not in job.output, job.output
-    # The others finish 1 s after the leaver; the exit itself adds almost nothing.
-    assert job.ended_at - job.stamp(f"rank {n - 1} leaves") < 1.0 + 3.0, job.output
+    # The others finish 1 s after the leaver; the exit itself (interpreter teardown, MPI
+    # finalize, the launcher) takes a few seconds on a loaded machine, never the deadline.
+    assert job.ended_at - job.stamp(f"rank {n - 1} leaves") < 1.0 + 8.0, job.output
 
 
 def test_without_a_deadline_the_stall_warning_names_the_rank_that_left():

@@ -8,6 +8,7 @@ abort hook ends the job).
 import os
 import signal
 import sys
+import time
 
 import numpy as np
 
@@ -24,4 +25,5 @@ try:
 except hd.errors.DeadlineExceededError as exc:
     print(f"rank {comm.rank} DeadlineExceededError missing={list(exc.missing_ranks)}: {exc}")
     sys.stdout.flush()
+    time.sleep(3)  # let the other waiting ranks reach their own deadline before aborting
     raise

@@ -52,7 +52,7 @@ try:
     check("join_raises_deadline", False, "join returned")
 except DeadlineExceededError as exc:
     check("join_raises_deadline", "item" in str(exc) and "rank" in str(exc), exc)
-    check("deadline_on_time", 1.5 < time.monotonic() - start < 3.5, time.monotonic() - start)
+    check("deadline_on_time", 1.5 < time.monotonic() - start < 4.0, time.monotonic() - start)
 failed, ran_on = [], {}
 for i, value in enumerate(values):
     try:

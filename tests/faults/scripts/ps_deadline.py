@@ -46,7 +46,7 @@ try:
 except DeadlineExceededError as exc:
     elapsed = time.monotonic() - start
     check("join_raises_deadline", "slow" in str(exc) and "rank" in str(exc), exc)
-    check("deadline_on_time", 1.9 < elapsed < 3.0, f"raised after {elapsed:.2f} s")
+    check("deadline_on_time", 1.9 < elapsed < 4.0, f"raised after {elapsed:.2f} s")
 try:  # a new RMA segment needs every rank, the stuck one too: an error, not a hang
     with strategy.scope():
         strategy.Variable(np.zeros(5 << 20, np.float32))

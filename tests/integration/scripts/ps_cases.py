@@ -201,15 +201,24 @@ def case_error_in_done():  # testErrorInDone
 def case_cancellation():  # testCancellation: queued closures are cancelled
     ran = variable(0, dtype=np.int64)
 
-    def slow(seconds=0.05):
-        time.sleep(seconds)
+    def slow():
+        time.sleep(0.05)
         ran.assign_add(1)
 
-    # Both workers busy first, so that the error comes back only after everything is queued
+    gate = variable(0, dtype=np.int32)
+
+    def blocker():
+        deadline = time.time() + 20
+        while int(gate.numpy()) == 0 and time.time() < deadline:
+            time.sleep(0.01)
+        ran.assign_add(1)
+
+    # Both workers held until everything is queued, so that the error comes back only after
     # (schedule may raise an earlier function's error as soon as it has arrived).
-    blockers = [coordinator.schedule(slow, args=(0.5,)) for _ in range(2)]
+    blockers = [coordinator.schedule(blocker) for _ in range(2)]
     coordinator.schedule(_error_function)
     later = [coordinator.schedule(slow) for _ in range(40)]
+    gate.assign(1)
     raises(FunctionError, coordinator.join)
     check(all(b.status is hd.RemoteValueStatus.READY for b in blockers), "blockers")
     ran.assign_add(-2)
@@ -308,10 +317,15 @@ def case_per_worker_datasets_and_iterators():
     coordinator.join()
     seen = np.concatenate([rv.fetch() for rv in results])
     check(len(seen) == 32 and len(set(seen.tolist())) == 32, f"duplicates: {sorted(seen)}")
-    # 20 batches in all: 13 more steps exhaust a worker's data: OutOfRangeError, raised once.
-    for _ in range(13):
-        coordinator.schedule(step, args=(iterator,))
-    raises(OutOfRangeError, coordinator.join)
+
+    # 20 batches in all: 13 more steps exhaust a worker's data: OutOfRangeError, raised once
+    # (by join, or by a schedule once the error has come back: a worker can run out early).
+    def exhaust():
+        for _ in range(13):
+            coordinator.schedule(step, args=(iterator,))
+        coordinator.join()
+
+    raises(OutOfRangeError, exhaust)
     coordinator.join()
 
 
