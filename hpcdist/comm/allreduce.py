@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from numpy.lib.array_utils import byte_bounds
 
 from hpcdist.comm import fusion
 from hpcdist.comm.arrays import (
@@ -30,6 +29,7 @@ from hpcdist.comm.arrays import (
 )
 from hpcdist.comm.checks import _MASK, KINDS, Deadline, Header, dtype_code
 from hpcdist.comm.context import Context, Resolved, same
+from hpcdist.comm.in_place import check_in_place, type_name
 from hpcdist.comm.options import CommunicationImplementation, CommunicationOptions
 from hpcdist.comm.outputs import OutputPool
 from hpcdist.comm.reduce_op import ReduceOp
@@ -159,7 +159,7 @@ class AllReduce:
         if in_place and error is None and not writeable:
             error = (
                 f"allreduce_ works in place on writeable numpy or CuPy arrays only, got "
-                f"{_type_name(x)}"
+                f"{type_name(x)}"
             )
         self.env.reject(error, why)
         return self.reduce(x, arr, back, op, opts, header, deadline, in_place, path)
@@ -279,7 +279,7 @@ class AllReduce:
                     nccl_error = None
             arrays = [a for a, _ in hosts]
             if in_place:
-                _check_in_place(xs)
+                check_in_place(xs)
             whole = None
             if path is None:
                 whole = functools.partial(
@@ -391,74 +391,3 @@ class AllReduce:
 
 def _raise(exc: BaseException) -> None:
     raise exc
-
-
-def _check_in_place(xs: Sequence[Any]) -> None:
-    """Raise unless every array of ``xs`` can take its result in place, alone.
-
-    Args:
-        xs: The arrays of a ``grouped_allreduce_``: writeable numpy, or CuPy.
-
-    Raises:
-        TypeError: An array that is neither writeable numpy nor CuPy.
-        ValueError: Two arrays that share memory (the results would depend on the order).
-    """
-    for i, x in enumerate(xs):
-        if is_device_array(x):  # carried by the device, or staged and copied back
-            continue
-        if not (type(x) is np.ndarray and x.flags.writeable):
-            got = "array {i} is read-only" if type(x) is np.ndarray else "got {t} at index {i}"
-            raise TypeError(
-                "grouped_allreduce_ works in place on writeable numpy or CuPy arrays only, "
-                + got.format(i=i, t=_type_name(x))
-            )
-    host = [i for i, x in enumerate(xs) if type(x) is np.ndarray]
-    if len({id(xs[i]) for i in host}) != len(host) or any(xs[i].base is not None for i in host):
-        # only views or repeated arrays can overlap (arrays that own their memory cannot)
-        spans = [(*byte_bounds(xs[i]), i) for i in host if xs[i].size]
-        _refuse_overlaps(xs, spans, np.shares_memory)
-    if len(host) < len(xs):
-        device = [
-            (*_device_bounds(x), i) for i, x in enumerate(xs) if is_device_array(x) and x.size
-        ]
-        _refuse_overlaps(xs, device, array_module(*xs).shares_memory)
-
-
-def _device_bounds(x: Any) -> tuple[int, int]:
-    """The device addresses ``[low, high)`` a CuPy array's elements lie in."""
-    low = high = x.data.ptr
-    for n, stride in zip(x.shape, x.strides, strict=True):
-        if stride < 0:
-            low += (n - 1) * stride
-        else:
-            high += (n - 1) * stride
-    return low, high + x.itemsize
-
-
-def _refuse_overlaps(xs: Sequence[Any], spans: list[tuple[int, int, int]], shares: Any) -> None:
-    """Raise ValueError for the first two arrays that share memory.
-
-    Args:
-        xs: The arrays.
-        spans: ``(low, high, index)``: the address range of each array to check.
-        shares: ``shares_memory`` of the arrays' module, asked only when two ranges meet and
-            one of the arrays is not contiguous (two contiguous ones then overlap).
-    """
-    open_: list[tuple[int, int, int]] = []  # spans that reach past the current start
-    for low, high, j in sorted(spans):
-        open_ = [span for span in open_ if span[1] > low]
-        for _, _, i in open_:
-            dense = xs[i].flags.c_contiguous and xs[j].flags.c_contiguous
-            if dense or shares(xs[i], xs[j]):
-                raise ValueError(
-                    f"grouped_allreduce_ needs arrays that share no memory, but arrays "
-                    f"{min(i, j)} and {max(i, j)} overlap"
-                )
-        open_.append((low, high, j))
-
-
-def _type_name(x: Any) -> str:
-    """``x``'s type as a user would write it (``cupy.ndarray``, ``list``)."""
-    kind = type(x)
-    top = kind.__module__.split(".")[0]
-    return kind.__name__ if top == "builtins" else f"{top}.{kind.__name__}"

@@ -115,6 +115,8 @@ def test_fusion_in_place_refuses_overlapping_device_arrays(comm):
         ([cupy.ones(2), buf, buf], "1 and 2"),  # one array twice
         ([grid[:, 1], grid[1]], "0 and 1"),  # a column and a row cross at grid[1, 1]
         ([grid[:, ::-2], grid[2, :2]], "0 and 1"),  # negative strides reach back to grid[2, 1]
+        ([buf[::2], cupy.ones(2), buf.view(cupy.uint8)[1::8]], "0 and 2"),  # bytes of buf[0]
+        ([buf[8:], buf[:4], buf[2:3], buf[1:2]], "1 and 2"),  # the first pair by index
     ]:
         with pytest.raises(ValueError, match=f"share no memory, but arrays {pair} overlap"):
             comm.grouped_allreduce_(xs, "sum")
