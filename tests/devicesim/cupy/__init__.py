@@ -412,12 +412,6 @@ def asnumpy(a: Any) -> np.ndarray:
     return a.get() if isinstance(a, ndarray) else np.asarray(a)
 
 
-def shares_memory(a: ndarray, b: ndarray, max_work: Any = None) -> bool:
-    """Whether two device arrays share an element (CuPy's exact test; a bool)."""
-    del max_work
-    return bool(np.shares_memory(a._a, b._a))
-
-
 def get_array_module(*args: Any) -> Any:
     import sys
 
