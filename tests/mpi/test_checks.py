@@ -12,11 +12,6 @@ pytestmark = pytest.mark.mpi(min_size=2)
 IMPLS = ["auto", "mpi", "shm", "ring"]
 
 
-@pytest.fixture(scope="module")
-def comm():
-    return hd.comm.world()
-
-
 def all_messages(text):
     return MPI.COMM_WORLD.allgather(text)
 

@@ -30,11 +30,6 @@ REF = {
 }
 
 
-@pytest.fixture(scope="module")
-def comm():
-    return hd.comm.world()
-
-
 def inputs(shape, dtype, size, seed=0):
     out = []
     for r in range(size):

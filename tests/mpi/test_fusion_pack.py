@@ -22,11 +22,6 @@ pytestmark = pytest.mark.mpi(min_size=2)
 PACKS = [64 << 10, 1 << 20, 4 << 20, 64 << 20, 0]
 
 
-@pytest.fixture(scope="module")
-def comm() -> hd.comm.Communicator:
-    return hd.comm.world()
-
-
 @pytest.mark.parametrize("bytes_per_pack", PACKS)
 @pytest.mark.parametrize(
     ("dtype", "op"),
