@@ -24,7 +24,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from hpcdist.comm.checks import Deadline, Header
+from hpcdist.comm.checks import Header
+from hpcdist.comm.deadline import Deadline
 from hpcdist.comm.reduce_op import ReduceOp
 
 if TYPE_CHECKING:

@@ -1,13 +1,11 @@
-"""Cross-rank safety checks: collective fingerprints, deadlines and stall reports.
+"""Cross-rank header checks: collective fingerprints, header comparison and mismatch reports.
 
 Every collective carries a `Header`: sequence number, kind, op, dtype and shape. Backends compare
 headers across ranks before moving data (the shared-memory backend inside its first barrier,
 the others with one small all-reduce), and ranks that disagree all raise the same
-`CollectiveMismatchError`. Waiting is done by polling with a deadline, so that a rank that
-never arrives produces `DeadlineExceededError` naming it, instead of a hang. The stall warning
-and the error say what the wait lacks: ranks read as not arrived (from the `ArrivalBoard` of
-`hpcdist.comm.envelope`), ranks whose entry could not be read in time (not known), or, when
-every rank has arrived, data that has not finished moving (the bytes outstanding where known).
+`CollectiveMismatchError`. The waits of those comparisons are bounded by a `Deadline`
+(`hpcdist.comm.deadline`), so that a rank that never arrives produces `DeadlineExceededError`
+naming it, instead of a hang.
 
 dtypes are compared by kind, size and byte order (`dtype_code`): ``int64`` and ``longlong``
 are the same type, ``>f8`` and ``<f8`` are not.
@@ -15,29 +13,18 @@ are the same type, ``>f8`` and ``<f8`` are not.
 
 from __future__ import annotations
 
-import os
 import sys
-import time
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 import numpy as np
 from mpi4py import MPI
 
-from hpcdist.errors import CollectiveMismatchError, DeadlineExceededError
-from hpcdist.log import get_logger
-
-if TYPE_CHECKING:
-    from hpcdist.comm.envelope import ArrivalBoard
+from hpcdist.comm.deadline import Deadline, ranks_text
+from hpcdist.errors import CollectiveMismatchError
 
 __all__ = [
-    "CLOSING",
-    "GAVE_UP",
     "HEADER_WORDS",
-    "LEFT",
-    "NO_ANSWER",
     "POISON",
-    "Deadline",
     "Header",
     "dtype_code",
     "fingerprint",
@@ -47,7 +34,9 @@ __all__ = [
 ]
 
 HEADER_WORDS = 12
-_MAX_DIMS = HEADER_WORDS - 5  # ndim + dims fit in the words after the 5 fixed ones
+#: Dimensions that fit after the 6 fixed words (seq, kind, op, dtype, extra, ndim); a shape of
+#: more dimensions is hashed into one word.
+_MAX_DIMS = HEADER_WORDS - 6
 
 KINDS = {
     "allreduce": 1,
@@ -73,17 +62,6 @@ _OP_NAMES = {0: "", 1: "SUM", 2: "MEAN", 3: "MIN", 4: "MAX", 5: "PROD"}
 #: The ``extra`` word of a poisoned header: the rank's arguments are invalid (never a root or a
 #: pack layout). Every rank sees the headers differ; `mismatch_error` names the poisoned ranks.
 POISON = -0x5BAD
-
-#: The state a rank publishes on the `ArrivalBoard` once it has reached the end of the program.
-LEFT = -3
-#: ... once it is closing the communicator (`Communicator.close`).
-CLOSING = -4
-#: ... once it gave up closing (its deadline passed first): it will never free anything.
-GAVE_UP = -6
-#: Sequence number of the wait for every rank to close (at ``close`` or at exit).
-CLOSE = -5
-#: The entry of a rank whose board could not be read in time (stopped, or no progress).
-NO_ANSWER = -2
 
 #: Flag bit of a `dtype_code`: the dtype is big-endian.
 _BIG = 0x100
@@ -129,7 +107,7 @@ class Header:
         extra: One more number that must agree (root, pack layout hash, ...), or `POISON`.
 
     ``words`` is the fixed-length encoding that ranks compare (a tuple of ``HEADER_WORDS``
-    ints; shapes of more than ``HEADER_WORDS - 7`` dimensions are hashed).
+    ints; shapes of more than ``HEADER_WORDS - 6`` (6) dimensions are hashed).
     """
 
     __slots__ = ("extra", "kind", "op", "seq", "shape", "words")
@@ -145,7 +123,7 @@ class Header:
     ) -> None:
         self.seq, self.kind, self.op, self.shape, self.extra = seq, kind, op, shape, extra
         ndim = len(shape)
-        if ndim <= _MAX_DIMS - 1:
+        if ndim <= _MAX_DIMS:
             self.words = (seq, kind, op, dtype_char, extra, ndim, *shape, *_PAD[ndim])
         else:
             self.words = (seq, kind, op, dtype_char, extra, -ndim, hash(shape), *_PAD[1])
@@ -158,6 +136,10 @@ class Header:
     def fingerprint(self) -> int:
         """A 62-bit hash of the header (deterministic across processes: ints only)."""
         return fingerprint(self.seq, self.kind, self.op, self.words[3], self.shape, self.extra)
+
+    def payload_bytes(self) -> int | None:
+        """Bytes of the array this header describes; None without one (or a hashed shape)."""
+        return payload_bytes(self.words)
 
     def replace_extra(self, extra: int) -> Header:
         """Return a copy with another ``extra`` word."""
@@ -185,7 +167,7 @@ class Header:
         return self.describe_words(self.words)
 
 
-_PAD = [(0,) * (HEADER_WORDS - 6 - k) for k in range(HEADER_WORDS - 5)]
+_PAD = [(0,) * (_MAX_DIMS - k) for k in range(_MAX_DIMS + 1)]
 _MASK = (1 << 62) - 1
 
 
@@ -224,192 +206,17 @@ def mismatch_error(
             " (invalid arguments)", ""
         )
         return CollectiveMismatchError(
-            f"collective {what} failed: invalid arguments on rank(s) {_ranks_text(bad)} "
+            f"collective {what} failed: invalid arguments on rank(s) {ranks_text(bad)} "
             "(see the error on those ranks)",
             descriptions,
         )
     groups: dict[str, list[int]] = {}
     for rank, text in zip(ranks, descriptions, strict=True):
         groups.setdefault(text, []).append(rank)
-    parts = [
-        f"rank{'s' if len(r) > 1 else ''} {_ranks_text(r)} sent {d}" for d, r in groups.items()
-    ]
+    parts = [f"rank{'s' if len(r) > 1 else ''} {ranks_text(r)} sent {d}" for d, r in groups.items()]
     return CollectiveMismatchError(
         "collective mismatch across ranks: " + "; ".join(parts), descriptions
     )
-
-
-def _ranks_text(ranks: Sequence[int]) -> str:
-    return ",".join(str(r) for r in ranks)
-
-
-class Deadline:
-    """Polls for completion with a deadline, a stall warning and polite spinning.
-
-    Args:
-        timeout: Seconds before `DeadlineExceededError`; None waits forever.
-        stall_warning: Seconds before a warning naming the missing ranks; None never.
-        header: The collective (for messages).
-        board: Where ranks publish their progress, to name the missing ones; None if unknown.
-        seq: Sequence number of the collective, when no header is given (`CLOSE`: the wait for
-            every rank to close the communicator).
-    """
-
-    __slots__ = (
-        "_warned",
-        "board",
-        "header",
-        "header_fn",
-        "progress",
-        "seq",
-        "stall_warning",
-        "start",
-        "timeout",
-    )
-
-    #: Iterations spent spinning before yielding the processor.
-    SPINS = 200
-    #: Seconds of yielding before sleeping.
-    YIELD_S = 0.02
-
-    def __init__(
-        self,
-        timeout: float | None,
-        stall_warning: float | None,
-        header: Header | None = None,
-        board: ArrivalBoard | None = None,
-        seq: int | None = None,
-    ) -> None:
-        self.start: float | None = None  # set at the first slow poll: spinning is not waiting
-        self.timeout = timeout
-        self.stall_warning = stall_warning
-        self.header = header
-        self.board = board
-        self.seq = header.seq if seq is None and header is not None else seq
-        self.header_fn: Callable[[], Header] | None = None  # builds the header lazily
-        #: (bytes moved, bytes in all) of this rank's transfer, where a backend reports it.
-        self.progress: tuple[int, int] | None = None
-        self._warned = False
-
-    def what(self) -> str:
-        """The collective, for messages."""
-        if self.seq == CLOSE:
-            leaving = self.board is not None and self.board.mine[1] == LEFT
-            return "the end of the program" if leaving else "closing the communicator"
-        if self.header is None and self.header_fn is not None:
-            self.header = self.header_fn()
-        if self.header is not None:
-            return self.header.describe()
-        return f"collective #{self.seq}" if self.seq is not None else "collective"
-
-    def report(self) -> tuple[list[int], list[int], str]:
-        """The ranks read as not arrived, those unread, and what is known of the missing ones.
-
-        See ``ArrivalBoard.report`` (`hpcdist.comm.envelope`); nothing is known without a board.
-        """
-        if self.board is None or self.seq is None:
-            return [], [], ""
-        return self.board.report(self.seq)
-
-    def moved(self, done: int, total: int) -> None:
-        """Record that ``done`` of this rank's ``total`` bytes have moved (for the messages)."""
-        self.progress = (done, total)
-
-    def situation(self, missing: list[int], unread: list[int], notes: str, error: bool) -> str:
-        """What the wait lacks: ranks that never arrived, or data that has not finished moving.
-
-        Args:
-            missing: Ranks read as not arrived.
-            unread: Ranks whose entry could not be read in time.
-            notes: What is known of the missing ranks (from `report`).
-            error: Phrase it for `DeadlineExceededError` (else for the stall warning).
-        """
-        if missing:
-            text = f"rank(s) {_ranks_text(missing)} never joined" if error else ""
-            text = text or f"ranks not yet arrived: {_ranks_text(missing)}"
-            text += notes
-        elif self.board is None:
-            return "all ranks joined but the transfer did not finish" if error else "unknown"
-        elif not unread:
-            text = f"every rank {'joined' if error else 'has arrived'} ({self.board.size} of "
-            text += f"{self.board.size}); the data has not finished moving{self._outstanding()}"
-            return text
-        else:
-            arrived = [r for r in range(self.board.size) if r not in unread]
-            text = f"rank(s) {_ranks_text(arrived)} arrived"
-        if unread:
-            text += (
-                f"; rank(s) {_ranks_text(unread)} unknown (no answer within "
-                f"{self.board.GRACE:g} s: stopped, busy outside MPI, or behind a saturated link)"
-            )
-            if not missing:
-                text += f"; if they arrived, the data has not finished moving{self._outstanding()}"
-        return text
-
-    def _outstanding(self) -> str:
-        """``": 3.0 MiB of 4.0 MiB outstanding on this rank"``, or what is known of it."""
-        if self.progress is not None:
-            done, total = self.progress
-            return f": {_size(total - done)} of {_size(total)} outstanding on this rank"
-        if self.header is None:
-            return ""
-        nbytes = payload_bytes(self.header.words)
-        if nbytes is None:
-            return ""
-        return f": up to {_size(nbytes)} outstanding on this rank (no partial progress is known)"
-
-    def wait(self, done: Callable[[], bool]) -> None:
-        """Return once ``done()`` is true.
-
-        Raises:
-            DeadlineExceededError: The timeout passed first.
-        """
-        spins = 0
-        while not done():
-            spins += 1
-            if spins >= self.SPINS:
-                self.poll_slow(spins)
-
-    def poll_slow(self, spins: int) -> None:
-        """Yield the processor, warn about stalls, enforce the deadline.
-
-        For the first `YIELD_S` seconds the wait only yields (``sched_yield`` returns at once
-        when no other process wants the core, so latency stays that of spinning); after that
-        it sleeps with a growing back-off (up to 1 ms), so a long wait costs no CPU.
-        """
-        now = time.monotonic()
-        if self.start is None:
-            self.start = now
-        elapsed = now - self.start
-        if elapsed < self.YIELD_S:
-            os.sched_yield()
-        else:
-            time.sleep(min(1e-3, 1e-6 * (spins - self.SPINS + 1)))
-        if self.stall_warning is not None and not self._warned and elapsed > self.stall_warning:
-            self._warned = True
-            missing, unread, notes = self.report()
-            get_logger().warning(
-                "%s has waited %.0f s; %s%s",
-                self.what(),
-                elapsed,
-                self.situation(missing, unread, notes, error=False),
-                ""
-                if self.timeout is not None
-                else (
-                    ". No deadline is set, so this rank waits for ever: set "
-                    "HPCDIST_TIMEOUT_SECONDS=<seconds> (or CommunicationOptions("
-                    "timeout_seconds=...)) so that the job ends with an error instead"
-                ),
-            )
-        if self.timeout is not None and elapsed > self.timeout:
-            missing, unread, notes = self.report()
-            rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
-            raise DeadlineExceededError(
-                f"{self.what()} did not complete within {self.timeout:g} s on rank {rank} of "
-                f"{size} ({MPI.Get_processor_name()}): "
-                + self.situation(missing, unread, notes, error=True),
-                tuple(missing),
-            )
 
 
 def payload_bytes(words: Sequence[int]) -> int | None:
@@ -422,10 +229,6 @@ def payload_bytes(words: Sequence[int]) -> int | None:
     except TypeError:
         return None
     return itemsize * int(np.prod([int(d) for d in words[6 : 6 + ndim]], dtype=np.int64))
-
-
-def _size(nbytes: int) -> str:
-    return f"{nbytes / (1 << 20):.1f} MiB" if nbytes >= 1 << 20 else f"{nbytes} bytes"
 
 
 def verify_headers(

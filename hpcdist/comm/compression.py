@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from hpcdist.comm.backend import Backend, DelegatingBackend
-from hpcdist.comm.checks import Deadline, Header
+from hpcdist.comm.checks import Header
+from hpcdist.comm.deadline import Deadline
 from hpcdist.comm.reduce_op import ReduceOp
 from hpcdist.utils.xp import array_module
 

@@ -21,7 +21,8 @@ from mpi4py import MPI
 
 from hpcdist.comm.arrays import stage_to_host
 from hpcdist.comm.backend import COLLECTIVES, DelegatingBackend, unsupported_codec
-from hpcdist.comm.checks import Deadline, Header, verify_headers
+from hpcdist.comm.checks import Header, verify_headers
+from hpcdist.comm.deadline import Deadline
 from hpcdist.comm.mpi_backend import MpiBackend, wait_request
 from hpcdist.comm.reduce_op import ReduceOp
 from hpcdist.utils.xp import import_cupy

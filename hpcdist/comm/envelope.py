@@ -21,7 +21,6 @@ wait reads it to tell ranks that never arrived from ranks whose data is still mo
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -29,22 +28,15 @@ import numpy as np
 from mpi4py import MPI
 
 from hpcdist.comm.backend import Backend
-from hpcdist.comm.checks import (
-    CLOSE,
-    CLOSING,
-    GAVE_UP,
-    LEFT,
-    NO_ANSWER,
-    POISON,
-    Deadline,
-    Header,
-)
+from hpcdist.comm.checks import POISON, Header
+from hpcdist.comm.deadline import CLOSE, CLOSING, GAVE_UP, LEFT, NO_ANSWER, Deadline
 from hpcdist.errors import (
     CollectiveMismatchError,
     DeadlineExceededError,
     HpcdistError,
     UnavailableError,
 )
+from hpcdist.utils.waiting import Waiter
 
 __all__ = ["POISON", "ArrivalBoard", "Envelope", "behind"]
 
@@ -112,11 +104,13 @@ class ArrivalBoard:
             if r != me:
                 requests[r] = self.win.Rget([values[r], MPI.INT64_T], r)
         values[me] = self.mine
-        end = time.monotonic() + grace
-        while requests and time.monotonic() < end:
+
+        def answered() -> bool:
             for r in [r for r, req in requests.items() if req.Test()]:
                 del requests[r]
-            time.sleep(1e-4)
+            return not requests
+
+        Waiter(grace).wait(answered)  # False past ``grace``: those ranks read as no answer
         out = values.copy()  # a late answer still lands in ``values``, not in the result
         for r in requests:
             out[r] = NO_ANSWER
@@ -191,7 +185,7 @@ class Envelope:
         self._closer = comm.Dup() if self.size > 1 else MPI.COMM_NULL
         self._leaving = False
 
-    def begin(self, kind: int, timeout: float | None) -> Deadline:
+    def begin(self, kind: int, timeout: float | None, reuse: Deadline | None = None) -> Deadline:
         """Start a collective: take the next sequence number; return its deadline.
 
         Everything the collective does until its header check belongs in `guard`, so that a
@@ -200,6 +194,9 @@ class Envelope:
         Args:
             kind: The collective's code (``KINDS``), for messages and for a poisoned header.
             timeout: The deadline in seconds, None for none.
+            reuse: A deadline made for this envelope (its stall warning and board) to reset
+                and return instead of a new one: the small-message all-reduce keeps one, so
+                that a call allocates nothing.
 
         Raises:
             UnavailableError: An earlier collective failed (or the communicator is closed).
@@ -214,8 +211,12 @@ class Envelope:
         if board is not None:
             board.mine[0] = seq
         self.stage, self._kind = _OPEN, kind
-        deadline = Deadline(timeout, self.stall, None, board, seq)
-        deadline.header_fn = lambda: Header(seq, kind)
+        if reuse is None:
+            deadline = Deadline(timeout, self.stall, None, board, seq)
+            deadline.header_fn = lambda: Header(seq, kind)
+        else:
+            deadline = reuse
+            deadline.reset(seq, timeout, lambda: Header(seq, kind))
         return deadline
 
     def fail(self, exc: BaseException) -> None:

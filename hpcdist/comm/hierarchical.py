@@ -15,7 +15,8 @@ import numpy as np
 from mpi4py import MPI
 
 from hpcdist.comm.backend import HOST_DTYPES, DelegatingBackend, unsupported_codec
-from hpcdist.comm.checks import Deadline, Header, verify_headers
+from hpcdist.comm.checks import Header, verify_headers
+from hpcdist.comm.deadline import Deadline
 from hpcdist.comm.mpi_backend import MpiBackend, wait_request
 from hpcdist.comm.reduce_op import ReduceOp
 from hpcdist.comm.shm_backend import ShmBackend

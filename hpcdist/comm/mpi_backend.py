@@ -9,7 +9,8 @@ import numpy as np
 from mpi4py import MPI
 
 from hpcdist.comm.backend import COLLECTIVES, HOST_DTYPES, unsupported_codec
-from hpcdist.comm.checks import Deadline, Header, verify_headers
+from hpcdist.comm.checks import Header, verify_headers
+from hpcdist.comm.deadline import Deadline
 from hpcdist.comm.reduce_op import ReduceOp
 
 if TYPE_CHECKING:

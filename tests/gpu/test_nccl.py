@@ -11,7 +11,8 @@ from mpi4py import MPI
 
 import hpcdist as hd
 from hpcdist.comm import Backend
-from hpcdist.comm.checks import Deadline, Header
+from hpcdist.comm.checks import Header
+from hpcdist.comm.deadline import Deadline
 from hpcdist.comm.nccl_backend import NcclBackend, bf16_to_float32, float32_to_bf16
 
 cupy = pytest.importorskip("cupy", reason="CuPy is not installed (GPU tests need it)")
@@ -55,7 +56,7 @@ def test_allreduce_stays_on_the_device(comm, dtype, op):
     assert out.device.id == x.device.id
     host = cupy.asnumpy(x)
     cupy.testing.assert_allclose(out, host if op != "prod" else host**comm.size, rtol=1e-3)
-    assert type(comm._backends.nccl).__name__ == "NcclBackend"
+    assert type(comm.backends.nccl).__name__ == "NcclBackend"
 
 
 def test_bool_complex_and_in_place(comm):

@@ -16,8 +16,9 @@ from hpcdist.cluster.devices import visible_gpu_count
 from hpcdist.cluster.gpus import bind_gpu
 from hpcdist.comm import Backend, ReduceOp, available_backends
 from hpcdist.comm.backend import COLLECTIVES
-from hpcdist.comm.checks import KINDS, Deadline, Header
+from hpcdist.comm.checks import KINDS, Header
 from hpcdist.comm.compression import CompressedBackend, get_codec, unit_roundoff
+from hpcdist.comm.deadline import Deadline
 from hpcdist.errors import CollectiveMismatchError
 
 pytestmark = pytest.mark.mpi(min_size=2)

@@ -8,7 +8,8 @@ Prints one line per case on rank 0.
 import numpy as np
 from mpi4py import MPI
 
-from hpcdist.comm.checks import KINDS, Deadline, Header, dtype_code
+from hpcdist.comm.checks import KINDS, Header, dtype_code
+from hpcdist.comm.deadline import Deadline
 from hpcdist.comm.envelope import ArrivalBoard
 from hpcdist.errors import DeadlineExceededError
 

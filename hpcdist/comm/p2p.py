@@ -1,0 +1,209 @@
+"""Raw point-to-point traffic: the tag registry and `Channel`, a private communicator's messages.
+
+The collectives of `hpcdist.comm.Communicator` go through the envelope (sequence numbers, header
+checks). Traffic that is not collective (the parameter server's commands and results, the TF1
+cluster's end-of-job messages) goes through a `Channel`: a duplicate of a communicator that no
+other code sends on, with pickled messages under **tags reserved here**, and waits that poll
+``Iprobe`` through `hpcdist.utils.waiting.Waiter` (a deadline, a stall warning, a back-off that
+costs no CPU in a long wait) instead of blocking in MPI.
+
+Tags: every tag the library sends on is reserved once, by `reserve_tag`, so that two layers
+cannot pick the same number: the constants below are the whole list (`tags` returns it).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from mpi4py import MPI
+
+from hpcdist.errors import DeadlineExceededError
+from hpcdist.utils.waiting import Waiter
+
+__all__ = [
+    "ANY_SOURCE",
+    "TAG_PS_CANCEL",
+    "TAG_PS_COMMAND",
+    "TAG_PS_RESULT",
+    "TAG_TF1_LEAVE",
+    "Channel",
+    "reserve_tag",
+    "tags",
+]
+
+#: Receive from any rank (`Channel.poll`, `Channel.wait_message`).
+ANY_SOURCE: int = MPI.ANY_SOURCE
+
+_TAGS: dict[int, str] = {}
+_TAGS_LOCK = threading.Lock()
+
+
+def reserve_tag(name: str, tag: int) -> int:
+    """Reserve ``tag`` for the messages called ``name``; returns ``tag``.
+
+    Reserving the same tag again under the same name is allowed (a module imported twice).
+
+    Raises:
+        ValueError: ``tag`` is negative, above MPI's guaranteed ``32767``, or reserved already
+            under another name.
+    """
+    if not 0 <= tag <= 32767:
+        raise ValueError(f"tag {name!r}: expected 0 <= tag <= 32767, got {tag}")
+    with _TAGS_LOCK:
+        owner = _TAGS.setdefault(tag, name)
+    if owner != name:
+        raise ValueError(f"tag {tag} is reserved for {owner!r}; {name!r} needs another number")
+    return tag
+
+
+def tags() -> dict[int, str]:
+    """Every reserved tag and the messages it carries."""
+    with _TAGS_LOCK:
+        return dict(_TAGS)
+
+
+#: Parameter server: coordinator -> ps/worker commands (``("batch", items)``, ``("stop",)``...).
+TAG_PS_COMMAND = reserve_tag("ps command", 71)
+#: Parameter server: a worker's results, worker -> coordinator.
+TAG_PS_RESULT = reserve_tag("ps result", 72)
+#: Parameter server: give back the rest of a batch, coordinator -> worker.
+TAG_PS_CANCEL = reserve_tag("ps cancel", 73)
+#: TF1 cluster: a task is done with the ps memory, task -> ps.
+TAG_TF1_LEAVE = reserve_tag("tf1 leave", 91)
+
+
+class Channel:
+    """Pickled point-to-point messages on a private duplicate of a communicator.
+
+    Construction duplicates ``comm`` (collective over it); `free` releases the duplicate
+    (collective, once; later calls do nothing). Sends and receives are those of mpi4py's
+    lowercase methods (pickled objects); a message for one tag from one rank arrives in order.
+
+    Args:
+        comm: The communicator to duplicate; by default ``MPI.COMM_WORLD``.
+    """
+
+    def __init__(self, comm: MPI.Intracomm | None = None) -> None:
+        self._comm: MPI.Intracomm = (MPI.COMM_WORLD if comm is None else comm).Dup()
+        self.rank: int = self._comm.Get_rank()
+        self.size: int = self._comm.Get_size()
+
+    @property
+    def comm(self) -> MPI.Intracomm:
+        """The private communicator (for `hpcdist.comm.rma` windows over the same ranks)."""
+        return self._comm
+
+    @property
+    def closed(self) -> bool:
+        """Whether `free` ran."""
+        return self._comm == MPI.COMM_NULL
+
+    def dup(self) -> Channel:
+        """A new channel over the same ranks (collective): traffic that must not mix."""
+        return Channel(self._comm)
+
+    # -- setup-time collectives ----------------------------------------------------------------
+
+    def allgather(self, obj: Any) -> list[Any]:
+        """Collective: every rank's ``obj``, by rank (setup exchanges, before roles are known)."""
+        return self._comm.allgather(obj)
+
+    def barrier(self) -> None:
+        """Collective: return once every rank has entered."""
+        self._comm.Barrier()
+
+    # -- messages ------------------------------------------------------------------------------
+
+    def send(self, obj: Any, dest: int, tag: int, timeout: float | None = None) -> None:
+        """Send ``obj`` (pickled) to rank ``dest``.
+
+        Without ``timeout`` the send is MPI's standard blocking one (small messages return at
+        once); with one, it is posted and polled through a `Waiter`.
+
+        Raises:
+            DeadlineExceededError: ``dest`` did not take the message within ``timeout``.
+        """
+        if timeout is None:
+            self._comm.send(obj, dest=dest, tag=tag)
+            return
+        request = self._comm.isend(obj, dest=dest, tag=tag)
+        waiter = Waiter(timeout, on_timeout=self._late("send a message to", dest, tag, timeout))
+        waiter.wait(request.Test)
+
+    def probe(self, source: int = ANY_SOURCE, tag: int = MPI.ANY_TAG) -> int | None:
+        """The rank of a message waiting to be received from ``source`` with ``tag``, or None.
+
+        Probing also drives MPI's progress (e.g. of other ranks' RMA on this rank's memory).
+        """
+        status = MPI.Status()
+        if not self._comm.Iprobe(source=source, tag=tag, status=status):
+            return None
+        return status.Get_source()
+
+    def recv_now(self, source: int, tag: int) -> Any:
+        """Receive a message known to be waiting (after `probe`), blocking."""
+        return self._comm.recv(source=source, tag=tag)
+
+    def poll(self, source: int, tag: int) -> tuple[int, Any] | None:
+        """``(source rank, message)`` of a message waiting from ``source`` with ``tag``, or None."""
+        if source == ANY_SOURCE:
+            found = self.probe(source, tag)
+            if found is None:
+                return None
+            return found, self._comm.recv(source=found, tag=tag)
+        if not self._comm.Iprobe(source=source, tag=tag):
+            return None
+        return source, self._comm.recv(source=source, tag=tag)
+
+    def drain(self, source: int, tag: int) -> int:
+        """Receive and drop every message already waiting from ``source`` with ``tag``; count."""
+        count = 0
+        while self._comm.Iprobe(source=source, tag=tag):
+            self._comm.recv(source=source, tag=tag)
+            count += 1
+        return count
+
+    def wait_message(self, source: int, tag: int, waiter: Waiter) -> tuple[int, Any] | None:
+        """Poll for a message from ``source`` with ``tag`` through ``waiter``; receive it.
+
+        Returns:
+            ``(source rank, message)``; None when ``waiter``'s timeout passed and it has no
+            error to raise.
+        """
+        return waiter.wait_value(lambda: self.poll(source, tag))
+
+    def recv(self, source: int, tag: int, timeout: float | None = None) -> Any:
+        """Receive a message from ``source`` with ``tag``, polling under a deadline.
+
+        Raises:
+            DeadlineExceededError: No message arrived within ``timeout`` seconds.
+        """
+        waiter = Waiter(
+            timeout, on_timeout=self._late("receive a message from", source, tag, timeout)
+        )
+        got = self.wait_message(source, tag, waiter)
+        assert got is not None  # the waiter raises at its deadline
+        return got[1]
+
+    def free(self) -> None:
+        """Collective: release the private communicator (once)."""
+        comm, self._comm = self._comm, MPI.COMM_NULL
+        if comm != MPI.COMM_NULL:
+            comm.Free()
+
+    def _late(
+        self, what: str, peer: int, tag: int, timeout: float | None
+    ) -> Callable[[float], BaseException]:
+        name = tags().get(tag, f"tag {tag}")
+        who = "any rank" if peer == ANY_SOURCE else f"rank {peer}"
+
+        def error(elapsed: float) -> BaseException:
+            return DeadlineExceededError(
+                f"rank {self.rank} of {self.size}: could not {what} {who} ({name}) within "
+                f"{timeout:g} s (waited {elapsed:.1f} s): is that rank stopped or stuck?",
+                () if peer == ANY_SOURCE else (peer,),
+            )
+
+        return error
