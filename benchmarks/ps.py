@@ -47,8 +47,9 @@ ROUNDS = 5
 
 
 def _spec(var):
-    st = var._storage[0]
-    return st._win, st._target, (st.offset, st.size, st.mpi_type)
+    st = var.storage
+    win, target = st.located()
+    return win.handle, target, (st.offset, st.size, st.mpi_type)
 
 
 def dense_micro(variables):
@@ -100,8 +101,9 @@ def dense_micro(variables):
 
 def raw_rows(shard, local, data, kind):
     """Raw mpi4py: ``Get`` or ``Accumulate(SUM)`` rows ``local`` of one shard, one indexed type."""
-    st = shard._storage[0]
-    win, target = st._win, st._target
+    st = shard.storage
+    win, target = st.located()
+    win = win.handle
     dtype = MPI.FLOAT.Create_indexed_block(WIDTH, (local * WIDTH).tolist()).Commit()
     if kind == "get":
         win.Get(data, target, (st.offset, 1, dtype))
@@ -236,11 +238,11 @@ def job(out: str | None) -> None:
     with strategy.scope():
         dense = [strategy.Variable(np.zeros(n // 4, np.float32)) for n in DENSE_BYTES]
         table = strategy.Variable(np.zeros((ROWS, WIDTH), np.float32))
-    workers = strategy._num_workers
+    workers = strategy.cluster_resolver.cluster_spec().num_tasks("worker")
     result = {
         "benchmark": "ps",
         "ranks": MPI.COMM_WORLD.Get_size(),
-        "ps": strategy._num_ps,
+        "ps": strategy.cluster_resolver.cluster_spec().num_tasks("ps"),
         "workers": workers,
     }
     result["dense"] = coordinator.schedule(dense_micro, args=(dense,)).fetch()

@@ -65,7 +65,7 @@ def job(out: str | None) -> None:
     pids = MPI.COMM_WORLD.gather(os.getpid(), root=0)  # before ps/workers start serving
     strategy = hd.ParameterServerStrategy()
     coordinator = hd.ClusterCoordinator(strategy)
-    workers = strategy._num_workers
+    workers = strategy.cluster_resolver.cluster_spec().num_tasks("worker")
     for _ in range(200):  # warm up: the function cached on the workers
         coordinator.schedule(noop).fetch()
     rounds, calls = [], []

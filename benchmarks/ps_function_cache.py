@@ -75,7 +75,7 @@ def job(closures: int, kib: int) -> None:
 
     strategy = hd.ParameterServerStrategy()
     coordinator = hd.ClusterCoordinator(strategy)
-    workers = strategy._num_workers
+    workers = strategy.cluster_resolver.cluster_spec().num_tasks("worker")
     for _ in range(2 * BATCH):  # warm up: imports, allocator arenas, the dispatcher
         coordinator.schedule(_closure(kib << 10))
     coordinator.join()

@@ -156,7 +156,7 @@ def ps_job(steps: int, out: str | None) -> None:
     emit(
         {
             "contender": "ps_strategy",
-            "workers": strategy._num_workers,
+            "workers": strategy.cluster_resolver.cluster_spec().num_tasks("worker"),
             "steps": steps,
             "steps_per_s": steps / elapsed,
             "final_loss": last.fetch(),

@@ -140,7 +140,9 @@ coordinator = hd.ClusterCoordinator(strategy)
 with strategy.scope():
     v = strategy.Variable(1.0)
 coordinator.schedule(lambda: v.assign_add(1.0)).fetch()
-print(f"coordinator ready: {strategy._num_ps} ps, {strategy._num_workers} workers", flush=True)
+spec = strategy.cluster_resolver.cluster_spec()
+print(f"coordinator ready: {spec.num_tasks('ps')} ps, {spec.num_tasks('worker')} workers",
+      flush=True)
 """
 
 

@@ -17,10 +17,13 @@ import pytest
 from mpi4py import MPI
 
 import hpcdist as hd
+from hpcdist.comm.p2p import Channel
 from hpcdist.strategies.ps.functions import BATCH_SECONDS, MAX_BATCH, note_cost, take_batch
 from hpcdist.strategies.ps.liveness import Liveness, Running
-from hpcdist.strategies.ps.runtime import TAG_CANCEL, TAG_RESULT, _Roles, _Runtime, serve
-from hpcdist.strategies.ps.store import RmaStore, SegmentAllocator
+from hpcdist.strategies.ps.roles import Roles
+from hpcdist.strategies.ps.runtime import TAG_CANCEL, TAG_COMMAND, TAG_RESULT, serve
+from hpcdist.strategies.ps.serving import ServingRuntime
+from hpcdist.strategies.ps.store import RmaStore
 
 
 def closures(*costs, avoid=None):
@@ -104,9 +107,15 @@ def test_a_lost_worker_is_back_once_its_whole_batch_answered():
 
 
 def _self_runtime():
-    roles = _Roles(coordinator=0, ps=[0], workers=[0], size=1)
-    store = RmaStore(MPI.COMM_SELF.Dup(), roles.ps)
-    return _Runtime(hd.get_strategy(), MPI.COMM_SELF.Dup(), roles, store, SegmentAllocator(1, 64))
+    """Rank 0 of ``COMM_SELF`` as a worker (and ps); the test plays the coordinator."""
+    roles = Roles(coordinator=0, ps=[0], workers=[0], size=1)
+    channel = Channel(MPI.COMM_SELF)
+    return ServingRuntime(hd.get_strategy(), channel, roles, RmaStore(channel.dup(), roles.ps))
+
+
+def _command(rt, message):
+    """Send ``message`` to the serving runtime as the coordinator would."""
+    rt.channel.send(message, 0, TAG_COMMAND)
 
 
 def _fail(message):
@@ -121,7 +130,7 @@ def _replies(rt, items):
     """Every reply of one batch: ``(results, given back)`` until all items are answered."""
     got, back = [], 0
     while len(got) + back < items:
-        results, given_back = pickle.loads(rt.ctrl.recv(source=0, tag=TAG_RESULT))
+        results, given_back = pickle.loads(rt.channel.recv(0, TAG_RESULT, timeout=60))
         got += results
         back += given_back
     return got, back
@@ -134,7 +143,7 @@ def _serving(test):
     try:
         return test(rt)
     finally:
-        rt.send_command(0, ("stop",))
+        _command(rt, ("stop",))
         server.join(timeout=30)
         assert not server.is_alive(), "serve() did not return after ('stop',)"
 
@@ -150,8 +159,8 @@ def test_a_batch_answers_every_item_in_order_in_one_message():
     ]
 
     def test(rt):
-        rt.send_command(0, ("batch", batch))
-        results, given_back = pickle.loads(rt.ctrl.recv(source=0, tag=TAG_RESULT))
+        _command(rt, ("batch", batch))
+        results, given_back = pickle.loads(rt.channel.recv(0, TAG_RESULT, timeout=60))
         return results, given_back, dict(rt.functions)
 
     results, given_back, held = _serving(test)
@@ -172,9 +181,9 @@ def test_an_item_running_long_gives_back_the_items_after_it():
     batch = [(0, sleep, _args(1.0), ()), (1, upper, _args("x"), ()), (1, None, _args("y"), (0,))]
 
     def test(rt):
-        rt.send_command(0, ("batch", batch))
+        _command(rt, ("batch", batch))
         first = _replies(rt, 3)
-        rt.send_command(0, ("batch", [(1, None, _args("z"), ())]))
+        _command(rt, ("batch", [(1, None, _args("z"), ())]))
         return first, _replies(rt, 1), set(rt.functions)
 
     (results, given_back), (again, _), held = _serving(test)
@@ -189,8 +198,8 @@ def test_a_cancelled_batch_gives_back_the_items_not_started():
 
     def test(rt):
         # to itself, so not a blocking send; read after an item, once 50 ms passed, or at stop
-        cancels.append(rt.ctrl.isend(None, dest=0, tag=TAG_CANCEL))
-        rt.send_command(0, ("batch", batch))
+        cancels.append(rt.channel.comm.isend(None, dest=0, tag=TAG_CANCEL))
+        _command(rt, ("batch", batch))
         return _replies(rt, 4)
 
     cancels = []

@@ -11,6 +11,8 @@ import gc
 import pickle
 import sys
 import threading
+import time
+import types
 from pathlib import Path
 
 import cloudpickle
@@ -19,22 +21,24 @@ import pytest
 from mpi4py import MPI
 
 import hpcdist as hd
+from hpcdist.comm.p2p import Channel
 from hpcdist.errors import ClusterConfigError
 from hpcdist.settings import get_settings
 from hpcdist.strategies.ps import functions
 from hpcdist.strategies.ps.functions import FunctionCache, WorkerFunctions
+from hpcdist.strategies.ps.roles import Roles
 from hpcdist.strategies.ps.runtime import (
+    TAG_COMMAND,
     TAG_RESULT,
-    _Roles,
-    _Runtime,
     coordinator_only,
     creating_dataset,
     is_creating_dataset,
     serve,
 )
-from hpcdist.strategies.ps.store import RmaStorage, RmaStore, SegmentAllocator
+from hpcdist.strategies.ps.serving import ServingRuntime, pickled_name
+from hpcdist.strategies.ps.store import RmaStorage, RmaStore
 
-_served: list[_Runtime] = []  # the runtime a scheduled function of this module runs against
+_served: list[ServingRuntime] = []  # the runtime a scheduled function of this module runs against
 
 
 def _update_variable(value: list[float], add: bool) -> np.ndarray:
@@ -51,14 +55,20 @@ def _fail(message: str) -> None:
     raise ValueError(message)
 
 
-def _self_runtime() -> _Runtime:
-    roles = _Roles(coordinator=0, ps=[0], workers=[0], size=1)
-    store = RmaStore(MPI.COMM_SELF.Dup(), roles.ps)
-    return _Runtime(hd.get_strategy(), MPI.COMM_SELF.Dup(), roles, store, SegmentAllocator(1, 64))
+def _self_runtime() -> ServingRuntime:
+    """Rank 0 of ``COMM_SELF`` as a worker (and ps); the test plays the coordinator."""
+    roles = Roles(coordinator=0, ps=[0], workers=[0], size=1)
+    channel = Channel(MPI.COMM_SELF)
+    return ServingRuntime(hd.get_strategy(), channel, roles, RmaStore(channel.dup(), roles.ps))
 
 
-def _reply(rt: _Runtime) -> tuple[str, object, str | None]:
-    return pickle.loads(rt.ctrl.recv(source=0, tag=TAG_RESULT))
+def _command(rt, message):
+    """Send ``message`` to the serving runtime as the coordinator would."""
+    rt.channel.send(message, 0, TAG_COMMAND)
+
+
+def _reply(rt: ServingRuntime) -> tuple[str, object, str | None]:
+    return pickle.loads(rt.channel.recv(0, TAG_RESULT, timeout=60))
 
 
 def test_serve_runs_scheduled_functions_and_returns_on_stop():
@@ -67,26 +77,26 @@ def test_serve_runs_scheduled_functions_and_returns_on_stop():
     server = threading.Thread(target=serve, args=(rt,), name="ps-serve", daemon=True)
     server.start()
     try:
-        rt.send_command(0, ("segment", [64]))
+        _command(rt, ("segment", [64]))
         blob = cloudpickle.dumps(_update_variable)
-        rt.send_command(0, ("run", 0, blob, cloudpickle.dumps((([1, 2, 3], False), {}))))
+        _command(rt, ("run", 0, blob, cloudpickle.dumps((([1, 2, 3], False), {}))))
         kind, value, _ = _reply(rt)
         assert kind == "ok", value
         np.testing.assert_array_equal(value, np.float32([1, 2, 3]))
 
         # The function is sent once; later runs name it by its key.
-        rt.send_command(0, ("run", 0, None, cloudpickle.dumps((([10, 10, 10], True), {}))))
+        _command(rt, ("run", 0, None, cloudpickle.dumps((([10, 10, 10], True), {}))))
         kind, value, _ = _reply(rt)
         assert kind == "ok", value
         np.testing.assert_array_equal(value, np.float32([11, 12, 13]))
 
-        rt.send_command(0, ("run", 1, cloudpickle.dumps(_fail), cloudpickle.dumps((("no",), {}))))
+        _command(rt, ("run", 1, cloudpickle.dumps(_fail), cloudpickle.dumps((("no",), {}))))
         kind, error, remote_tb = _reply(rt)
         assert kind == "error"
         assert isinstance(error, ValueError) and str(error) == "no"
         assert "_fail" in remote_tb
     finally:
-        rt.send_command(0, ("stop",))
+        _command(rt, ("stop",))
         server.join(timeout=30)
         _served.clear()
     assert not server.is_alive(), "serve() did not return after ('stop',)"
@@ -100,11 +110,11 @@ def test_scheduled_function_exit_is_reported_not_obeyed():
     rt = _self_runtime()
     server = threading.Thread(target=serve, args=(rt,), name="ps-serve", daemon=True)
     server.start()
-    rt.send_command(0, ("run", 0, cloudpickle.dumps(sys.exit), cloudpickle.dumps(((3,), {}))))
+    _command(rt, ("run", 0, cloudpickle.dumps(sys.exit), cloudpickle.dumps(((3,), {}))))
     try:
         kind, error, _ = _reply(rt)
     finally:
-        rt.send_command(0, ("stop",))
+        _command(rt, ("stop",))
         server.join(timeout=30)
     assert not server.is_alive()
     assert kind == "error"
@@ -118,13 +128,13 @@ def test_worker_forgets_functions_and_refuses_a_key_it_does_not_hold():
     args = cloudpickle.dumps((("first",), {}))
     try:
         # Runs, then forgets key 0 as told: the next run of key 0 without its pickle fails.
-        rt.send_command(0, ("run", 0, cloudpickle.dumps(str.upper), args, (0,)))
+        _command(rt, ("run", 0, cloudpickle.dumps(str.upper), args, (0,)))
         first = _reply(rt)
-        rt.send_command(0, ("run", 0, None, args, ()))
+        _command(rt, ("run", 0, None, args, ()))
         second = _reply(rt)
         held = len(rt.functions)
     finally:
-        rt.send_command(0, ("stop",))
+        _command(rt, ("stop",))
         server.join(timeout=30)
     assert first[:2] == ("ok", "FIRST")
     assert second[0] == "error"
@@ -230,7 +240,7 @@ def test_creating_dataset_marks_this_thread_only():
 
 
 def test_roles_from_tasks():
-    roles = _Roles.from_tasks([("ps", 0), ("chief", 0), ("worker", 1), ("worker", 0)])
+    roles = Roles.from_tasks([("ps", 0), ("chief", 0), ("worker", 1), ("worker", 0)])
     assert (roles.coordinator, roles.ps, roles.workers) == (1, [0], [3, 2])
     assert roles.others == [0, 2, 3]
     assert roles.jobs == {"chief": 1, "ps": 1, "worker": 2}
@@ -247,12 +257,15 @@ def test_roles_from_tasks():
 )
 def test_roles_from_tasks_rejects(tasks, message):
     with pytest.raises(ClusterConfigError, match=message):
-        _Roles.from_tasks(tasks)
+        Roles.from_tasks(tasks)
 
 
 PACKAGE = Path(hd.__file__).parent / "strategies" / "ps"
 STACK = [
+    "roles",
     "runtime",
+    "serving",
+    "control",
     "store",
     "partitioners",
     "variables",
@@ -268,7 +281,15 @@ STACK = [
 def test_package_modules_import_only_modules_below_them(module):
     tree = ast.parse((PACKAGE / f"{module}.py").read_text())
     below = set(STACK[: STACK.index(module)])
+    typing_only = {  # imports for annotations only (``if TYPE_CHECKING:``) never run
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for inner in ast.walk(node)
+    }
     for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.ImportFrom) and node.module:
             names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
         elif isinstance(node, ast.Import):
@@ -289,8 +310,64 @@ def test_roles_error_does_not_ask_for_a_num_ps_already_set(monkeypatch):
     get_settings(refresh=True)
     try:
         with pytest.raises(ClusterConfigError, match=r"HPCDIST_NUM_PS=1 applies only") as info:
-            _Roles.from_tasks([("worker", 0), ("ps", 0), ("worker", 1)])
+            Roles.from_tasks([("worker", 0), ("ps", 0), ("worker", 1)])
         assert "set HPCDIST_NUM_PS" not in str(info.value)
     finally:
         monkeypatch.delenv("HPCDIST_NUM_PS")
         get_settings(refresh=True)
+
+
+def _unloadable_pickle() -> bytes:
+    """The pickle of a function, by reference, whose module cannot be imported (any more)."""
+    module = types.ModuleType("hpcdist_test_gone_module")
+    exec("def train_step(x):\n    return x\n", module.__dict__)
+    sys.modules[module.__name__] = module
+    try:
+        return cloudpickle.dumps(module.train_step)
+    finally:
+        del sys.modules[module.__name__]
+
+
+def test_pickled_name_reads_the_function_without_loading_it():
+    assert pickled_name(_unloadable_pickle()) == "hpcdist_test_gone_module.train_step"
+    assert pickled_name(cloudpickle.dumps(lambda: 1)) == (
+        "test_pickled_name_reads_the_function_without_loading_it.<locals>.<lambda>"
+    )
+    assert pickled_name(b"not a pickle") is None
+
+
+def test_a_function_that_fails_to_unpickle_is_reported_with_its_name_and_worker():
+    rt = _self_runtime()
+    server = threading.Thread(target=serve, args=(rt,), name="ps-serve", daemon=True)
+    server.start()
+    blob, args = _unloadable_pickle(), cloudpickle.dumps(((1,), {}))
+    sleep = cloudpickle.dumps(time.sleep)
+    try:
+        _command(rt, ("run", 0, blob, args, ()))
+        first = _reply(rt)
+        # Given back (behind an item that runs long): its pickle fails to load without a run;
+        # the next run of its key, without the pickle as the coordinator's record says, must
+        # name the same cause, not blame that record.
+        _command(
+            rt, ("batch", [(1, sleep, cloudpickle.dumps(((0.5,), {})), ()), (0, blob, args, ())])
+        )
+        results, given_back = [], 0
+        while len(results) + given_back < 2:
+            got, back = pickle.loads(rt.channel.recv(0, TAG_RESULT, timeout=60))
+            results, given_back = results + got, given_back + back
+        _command(rt, ("run", 0, None, args, ()))
+        again = _reply(rt)
+    finally:
+        _command(rt, ("stop",))
+        server.join(timeout=30)
+    assert not server.is_alive()
+    assert first[0] == "error"
+    text = str(first[1])
+    assert "could not unpickle scheduled function hpcdist_test_gone_module.train_step" in text
+    assert "worker 0 (rank 0)" in text and "ModuleNotFoundError" in text
+    assert given_back == 1 and results[0][0] == "ok"
+    assert again[0] == "error"
+    assert "could not unpickle scheduled function hpcdist_test_gone_module.train_step" in str(
+        again[1]
+    )
+    assert "record of this worker's functions is wrong" not in str(again[1])

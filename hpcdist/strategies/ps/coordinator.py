@@ -52,7 +52,7 @@ from hpcdist.strategies.ps.remote_values import (
     call_dataset_fn,
     store_resource,
 )
-from hpcdist.strategies.ps.runtime import TAG_CANCEL, runtime
+from hpcdist.strategies.ps.runtime import coordinator_runtime
 from hpcdist.strategies.ps.strategy import ParameterServerStrategy
 
 __all__ = [
@@ -96,7 +96,7 @@ class ClusterCoordinator:
                 "ClusterCoordinator needs a ParameterServerStrategy, got "
                 f"{type(strategy).__name__}: only parameter-server jobs schedule functions"
             )
-        rt = runtime()
+        rt = coordinator_runtime()
         if rt.cluster_coordinator is not None:
             return rt.cluster_coordinator
         self = super().__new__(cls)
@@ -185,7 +185,7 @@ class ClusterCoordinator:
             if isinstance(v, RemoteValue):
                 return v.fetch()
             if isinstance(v, PerWorkerValues):
-                return tuple(r.fetch() for r in v._values)
+                return tuple(r.fetch() for r in v.values)
             if isinstance(v, Variable):
                 return v.read_value()
             return v
@@ -206,9 +206,19 @@ class ClusterCoordinator:
             data = dataset_fn
             dataset_fn = functools.partial(lambda d: d, data)
         build = functools.partial(call_dataset_fn, dataset_fn)
-        return PerWorkerDataset(self, self._create_per_worker_resources(build, dataset_fn=True))
+        return PerWorkerDataset(self, self.create_per_worker_resources(build, dataset_fn=True))
 
-    def _create_per_worker_resources(self, build: Any, dataset_fn: bool) -> PerWorkerValues:
+    def create_per_worker_resources(self, build: Any, dataset_fn: bool) -> PerWorkerValues:
+        """Run ``build()`` on every live worker; each keeps its result (blocks until built).
+
+        Args:
+            build: Builds one worker's resource (a dataset, an iterator).
+            dataset_fn: ``build`` runs a ``dataset_fn`` (where creating variables is an error).
+
+        Raises:
+            The error of ``build`` on a worker.
+            UnavailableError: Every worker was lost to a deadline.
+        """
         self._raise_if_error()
         workers = list(self._live)  # a lost worker gets no function: it needs none
         if not workers:
@@ -225,7 +235,7 @@ class ClusterCoordinator:
             self._targeted_count += len(closures)
         if self._thread is None:
             self._start()
-        self._wait_for(lambda: all(c.remote_value._ready() for c in closures))
+        self._wait_for(lambda: all(c.remote_value.is_ready() for c in closures))
         for c in closures:
             c.remote_value.fetch()  # the first worker's error, if any
         return PerWorkerValues(resource, tuple(c.remote_value for c in closures))
@@ -287,13 +297,13 @@ class ClusterCoordinator:
 
     def _cancel_queued(self) -> None:
         while self._queue:
-            self._queue.popleft().remote_value._fail(
+            self._queue.popleft().remote_value.set_error(
                 CancelledError("cancelled: an earlier scheduled function failed")
             )
 
     def _fail(self, closure: Closure, error: BaseException) -> None:
         """Fail one closure; the first failure of a scheduled one is raised by join."""
-        closure.remote_value._fail(error)
+        closure.remote_value.set_error(error)
         if closure.worker is None and self._error is None:
             self._error = error
 
@@ -351,7 +361,7 @@ class ClusterCoordinator:
     def _send(self, worker: int, batch: list[Closure]) -> None:
         held = self._held[worker]
         items = []
-        sent = timeline.now() if timeline._recorder is not None else 0.0
+        sent = timeline.now() if timeline.active() else 0.0
         for closure in batch:
             blob, forget = held.message(closure.function)
             items.append((closure.function.key, blob, closure.args, forget))
@@ -376,13 +386,13 @@ class ClusterCoordinator:
         for kind, payload, remote_tb, seconds in results:
             closure = closures.popleft()
             note_cost(closure.function, seconds)
-            if timeline._recorder is not None:
+            if timeline.active():
                 end, name = timeline.now(), closure.function.name
                 args = {"worker_rank": worker, "outcome": kind}
                 timeline.record("ps", f"queued {name}", closure.t0, closure.sent, args)
                 timeline.record("ps", f"remote {name}", closure.sent, end, args)
             if kind == "ok":
-                closure.remote_value._set(payload)
+                closure.remote_value.set_value(payload)
             elif isinstance(payload, WorkerPreemptedError):
                 closure.avoid = worker  # at-least-once: run it again, elsewhere
                 again.append(closure)
@@ -412,15 +422,14 @@ class ClusterCoordinator:
             self._fail(closures.popleft(), error)
             if closures:  # not started yet, or done but unanswered: run them elsewhere
                 self._queue.extendleft(reversed(closures))
-                with self._rt.send_lock:
-                    self._rt.ctrl.send(None, dest=worker, tag=TAG_CANCEL)
+                self._rt.cancel(worker)
             while self._targeted[worker]:
-                self._targeted[worker].popleft().remote_value._fail(error)
+                self._targeted[worker].popleft().remote_value.set_error(error)
                 self._targeted_count -= 1
             self._live = self._liveness.live()
             if not self._live:
                 while self._queue:
-                    self._queue.popleft().remote_value._fail(
+                    self._queue.popleft().remote_value.set_error(
                         self._liveness.unavailable("cannot run a queued function")
                     )
         return bool(overdue)

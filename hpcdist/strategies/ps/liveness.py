@@ -22,7 +22,8 @@ from typing import Any
 
 from hpcdist.abort import ABORT_EXIT_CODE, abort_job
 from hpcdist.errors import DeadlineExceededError, UnavailableError
-from hpcdist.log import get_logger
+from hpcdist.logger import get_logger
+from hpcdist.utils.waiting import Waiter
 
 __all__ = ["Liveness", "Running"]
 
@@ -165,14 +166,14 @@ class Liveness:
         """
         if not self.stuck():
             return
-        end = time.monotonic() + (self.timeout or 0.0)
-        while self.stuck() and time.monotonic() < end:
+
+        def replied() -> bool:  # take an arrived reply; whether every stuck worker is back
             got = poll()
-            if got is None:
-                time.sleep(1e-3)
-            elif got[0] in self.lost:
+            if got is not None and got[0] in self.lost:
                 self.answered(*got)
-        if self.stuck():
+            return not self.stuck()
+
+        if not Waiter(self.timeout or 0.0).wait(replied):
             who = "; ".join(f"{self.who(r)} is still in {self.lost[r]}" for r in self.stuck())
             message = (
                 f"the program ended but {who}, past the deadline of {self.timeout:g} s plus "

@@ -21,7 +21,8 @@ import cloudpickle
 
 from hpcdist import timeline
 from hpcdist.data.nest import flatten
-from hpcdist.strategies.ps.runtime import creating_dataset, runtime
+from hpcdist.strategies.input import DatasetsFromFunction, DistributedDataset
+from hpcdist.strategies.ps.runtime import creating_dataset, serving_runtime
 
 __all__ = [
     "Closure",
@@ -69,14 +70,17 @@ class RemoteValue:
         """NOT_READY, READY, or ABORTED (the function failed or was cancelled)."""
         return self._status
 
-    def _ready(self) -> bool:
+    def is_ready(self) -> bool:
+        """Whether the value or the error is known (``fetch`` returns at once)."""
         return self._status is not _NOT_READY
 
-    def _set(self, value: Any) -> None:
+    def set_value(self, value: Any) -> None:
+        """The coordinator's: the function returned ``value``."""
         self._value = value
         self._status = _READY  # last: a reader that sees the status sees the value
 
-    def _fail(self, error: BaseException) -> None:
+    def set_error(self, error: BaseException) -> None:
+        """The coordinator's: the function failed (or was cancelled) with ``error``."""
         self._error = error
         self._status = _ABORTED
 
@@ -87,7 +91,7 @@ class RemoteValue:
             The function's error, or `CancelledError` if it never ran.
         """
         if self._status is _NOT_READY:
-            self._wait(self._ready)
+            self._wait(self.is_ready)
         if self._error is not None:
             raise self._error
         return self._value
@@ -122,7 +126,7 @@ class Closure:
         self.function, self.args, self.worker = function, args, worker
         self.remote_value = RemoteValue(wait)
         self.avoid: int | None = None  # a worker not to run it again (it was preempted there)
-        self.t0 = timeline.now() if timeline._recorder is not None else 0.0  # scheduled
+        self.t0 = timeline.now() if timeline.active() else 0.0  # scheduled
         self.sent = 0.0
 
     @classmethod
@@ -168,6 +172,16 @@ class PerWorkerValues:
         self._resource = resource
         self._values = tuple(values)
 
+    @property
+    def resource(self) -> int:
+        """The key under which each worker keeps its value."""
+        return self._resource
+
+    @property
+    def values(self) -> tuple[RemoteValue, ...]:
+        """The `RemoteValue` of each worker's creation."""
+        return self._values
+
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return _local_resource, (self._resource,)
 
@@ -192,21 +206,21 @@ class PerWorkerIterator(PerWorkerValues):
 
 
 def _local_resource(resource: int) -> Any:
-    return runtime().resources[resource]
+    return serving_runtime().resources[resource]
 
 
 def store_resource(resource: int, build: Callable[[], Any], dataset_fn: bool) -> None:
     """On a worker: keep ``build()`` as its value of ``resource``."""
     if dataset_fn:
         with creating_dataset():
-            runtime().resources[resource] = build()
+            serving_runtime().resources[resource] = build()
     else:
-        runtime().resources[resource] = build()
+        serving_runtime().resources[resource] = build()
 
 
 def call_dataset_fn(dataset_fn: Callable[..., Any]) -> Any:
     """On a worker: this worker's dataset from the user's ``dataset_fn``."""
-    strategy = runtime().strategy
+    strategy = serving_runtime().strategy
     try:
         wants_context = len(inspect.signature(dataset_fn).parameters) >= 1
     except (TypeError, ValueError):
@@ -214,11 +228,13 @@ def call_dataset_fn(dataset_fn: Callable[..., Any]) -> Any:
     if wants_context:
         return strategy.distribute_datasets_from_function(dataset_fn)
     dataset = dataset_fn()
-    return getattr(dataset, "_dataset", dataset)  # a distributed dataset: its per-worker data
+    if isinstance(dataset, (DistributedDataset, DatasetsFromFunction)):
+        return dataset.dataset  # a distributed dataset: its per-worker data
+    return dataset
 
 
 def _iterate(resource: int) -> Any:
-    return iter(runtime().resources[resource])
+    return iter(serving_runtime().resources[resource])
 
 
 class PerWorkerDataset:
@@ -234,8 +250,8 @@ class PerWorkerDataset:
         self._values = values
 
     def __iter__(self) -> PerWorkerIterator:
-        resource = self._values._resource
-        values = self._coordinator._create_per_worker_resources(
+        resource = self._values.resource
+        values = self._coordinator.create_per_worker_resources(
             functools.partial(_iterate, resource), dataset_fn=False
         )
-        return PerWorkerIterator(values._resource, values._values)
+        return PerWorkerIterator(values.resource, values.values)

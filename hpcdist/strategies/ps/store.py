@@ -1,7 +1,8 @@
 """Parameter-server variable memory: one-sided MPI RMA windows owned by the ps ranks.
 
-Memory comes in **segments**: one ``MPI.Win.Allocate`` window over every rank of the job, in
-which each ps rank exposes some bytes and every other rank none. Creating a segment is a
+Memory comes in **segments**: one `hpcdist.comm.rma.Window` (``MPI_Win_allocate``) over every
+rank of the job, on a `hpcdist.comm.p2p.Channel` of its own, in which each ps rank exposes some
+bytes and every other rank none. Creating a segment is a
 collective; the coordinator decides when (`SegmentAllocator`), tells every rank, and places
 variables inside segments without any communication. Every rank holds a shared passive-target
 lock on every segment for its whole life (``Lock_all(MODE_NOCHECK)``), so a read is a ``Get``,
@@ -19,9 +20,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from mpi4py import MPI
-from mpi4py.util.dtlib import from_numpy_dtype
 
+from hpcdist.comm import rma
+from hpcdist.comm.p2p import Channel
 from hpcdist.core.variables import Storage
 
 __all__ = ["RmaStorage", "RmaStore", "SegmentAllocator", "mpi_datatype"]
@@ -42,36 +43,38 @@ def mpi_datatype(dtype: np.dtype, name: str) -> Any:
             f"variable {name!r}: MPI cannot add dtype {dtype}, so it cannot live in an RMA "
             "window on a parameter server; use float32, float64, complex or an integer type"
         )
-    return from_numpy_dtype(dtype)
+    return rma.datatype(dtype)
 
 
 class RmaStore:
     """The segments of this rank (every rank of the job has one; creation is collective).
 
     Args:
-        comm: A private communicator over every rank of the job.
-        ps_ranks: Ranks (in ``comm``) of the parameter servers, by ps index.
+        channel: A private channel over every rank of the job (the segments' ranks; freed by
+            its owner after `free`).
+        ps_ranks: Ranks (in ``channel``) of the parameter servers, by ps index.
     """
 
-    def __init__(self, comm: Any, ps_ranks: list[int]) -> None:
-        self.comm = comm
+    def __init__(self, channel: Channel, ps_ranks: list[int]) -> None:
+        self.channel = channel
         self.ps_ranks = list(ps_ranks)
-        self.windows: list[Any] = []
+        self.windows: list[rma.Window] = []
 
     def create_segment(self, sizes: list[int]) -> int:
         """Collective: a new segment where ps ``i`` exposes ``sizes[i]`` bytes; its index."""
-        rank = self.comm.Get_rank()
+        rank = self.channel.rank
         mine = sizes[self.ps_ranks.index(rank)] if rank in self.ps_ranks else 0
-        win = MPI.Win.Allocate(mine, 1, comm=self.comm)
-        win.Lock_all(MPI.MODE_NOCHECK)
-        self.windows.append(win)
+        self.windows.append(rma.Window.allocate(self.channel, mine, 1, lock_all=True))
         return len(self.windows) - 1
+
+    def local_memory(self, segment: int) -> memoryview:
+        """This rank's bytes of ``segment`` (empty on a rank that exposes none)."""
+        return self.windows[segment].memory()
 
     def free(self) -> None:
         """Collective: release every segment."""
         for win in self.windows:
-            win.Unlock_all()
-            win.Free()
+            win.free()
         self.windows = []
 
 
@@ -143,33 +146,25 @@ class RmaStorage(Storage):
         self.row = int(np.prod(self.shape[1:], dtype=np.int64)) if self.shape else 1
         self.mpi_type = mpi_datatype(self.dtype, name)
         self._spec = (offset, self.size, self.mpi_type)
-        self._where: tuple[Any, int] | None = None  # (window, target rank), once known
+        self._where: tuple[rma.Window, int] | None = None  # (window, target rank), once known
 
     @property
     def handle(self) -> tuple[int, int, int, tuple[int, ...], str]:
         """What another rank needs to address the same memory."""
         return self.segment, self.ps, self.offset, self.shape, self.dtype.str
 
-    @property
-    def _win(self) -> Any:
-        return self.store.windows[self.segment]
-
-    @property
-    def _target(self) -> int:
-        return self.store.ps_ranks[self.ps]
-
-    def _located(self) -> tuple[Any, int]:
+    def located(self) -> tuple[rma.Window, int]:
+        """``(window, target rank)`` of this value's memory."""
         if self._where is None:
-            self._where = (self._win, self._target)
+            self._where = (self.store.windows[self.segment], self.store.ps_ranks[self.ps])
         return self._where
 
     def read(self) -> np.ndarray:
         """``Get`` the whole value (a fresh array)."""
         out = np.empty(self.shape, self.dtype)
         if self.size:
-            win, target = self._where or self._located()
-            win.Get(out, target, self._spec)
-            win.Flush(target)
+            win, target = self._where or self.located()
+            win.read(out, target, self._spec)
         return out
 
     def _accumulate(self, value: Any, op: Any) -> None:
@@ -179,48 +174,69 @@ class RmaStorage(Storage):
         if not buf.flags.c_contiguous:
             buf = np.ascontiguousarray(buf)
         if self.size:
-            win, target = self._where or self._located()
-            win.Accumulate(buf, target, self._spec, op=op)
-            win.Flush(target)
+            win, target = self._where or self.located()
+            win.update(buf, target, self._spec, op)
 
     def write(self, value: Any) -> None:
         """``Accumulate(REPLACE)`` (element-wise atomic)."""
-        self._accumulate(value, MPI.REPLACE)
+        self._accumulate(value, rma.REPLACE)
 
     def add(self, delta: Any) -> None:
         """``Accumulate(SUM)`` (element-wise atomic)."""
-        self._accumulate(delta, MPI.SUM)
+        self._accumulate(delta, rma.SUM)
+
+    # -- atomics on one element (integer dtypes) ----------------------------------------------
+
+    def _element(self, index: int) -> tuple[rma.Window, int, int]:
+        if not 0 <= index < self.size:
+            raise IndexError(f"element {index} of a value of {self.size} elements")
+        win, target = self.located()
+        return win, target, self.offset + index * self.dtype.itemsize
+
+    def fetch_add(self, index: int, delta: int) -> int:
+        """Atomically add ``delta`` to element ``index``; the value before."""
+        win, target, disp = self._element(index)
+        result = np.empty(1, self.dtype)
+        win.fetch_and_op(np.array([delta], self.dtype), result, target, disp, rma.SUM)
+        return int(result[0])
+
+    def compare_and_swap(self, index: int, expected: int, new: int) -> int:
+        """Atomically set element ``index`` to ``new`` if it is ``expected``; the value found."""
+        win, target, disp = self._element(index)
+        result = np.empty(1, self.dtype)
+        win.compare_and_swap(
+            np.array([new], self.dtype), np.array([expected], self.dtype), result, target, disp
+        )
+        return int(result[0])
+
+    def atomic_read(self, index: int) -> int:
+        """Element ``index``, read atomically (``Fetch_and_op(NO_OP)``)."""
+        win, target, disp = self._element(index)
+        result = np.empty(1, self.dtype)
+        win.fetch_and_op(np.zeros(1, self.dtype), result, target, disp, rma.NO_OP)
+        return int(result[0])
 
     # -- rows: only the touched rows move -----------------------------------------------------
 
-    def _rows_type(self, ids: np.ndarray) -> Any:
-        """A target datatype selecting rows ``ids`` (sorted, unique); None for a single row."""
-        displacements = (ids * self.row).astype(np.int64).tolist()
-        if len(ids) == 1:
-            return None, displacements[0]
-        dtype = self.mpi_type.Create_indexed_block(self.row, displacements)
-        dtype.Commit()
-        return dtype, 0
-
     def _row_op(self, ids: np.ndarray, buf: np.ndarray, kind: str, op: Any = None) -> None:
+        """``Get`` (``kind="get"``) or ``Accumulate`` rows ``ids`` (sorted, unique)."""
         if not len(ids) or not self.row:
             return
-        win, target = self._located()
-        dtype, first = self._rows_type(ids)
-        itemsize = self.dtype.itemsize
-        if dtype is None:
-            spec = (self.offset + first * itemsize, self.row, self.mpi_type)
+        win, target = self.located()
+        displacements = (ids * self.row).astype(np.int64).tolist()
+        if len(ids) == 1:  # one row: a contiguous target, no datatype to build
+            spec = (self.offset + displacements[0] * self.dtype.itemsize, self.row, self.mpi_type)
+            self._move(win, target, buf, spec, kind, op)
+            return
+        with rma.indexed_rows(self.mpi_type, self.row, displacements) as rows:
+            self._move(win, target, buf, (self.offset, 1, rows), kind, op)
+
+    @staticmethod
+    def _move(win: rma.Window, target: int, buf: np.ndarray, spec: Any, kind: str, op: Any) -> None:
+        if kind == "get":
+            win.read(buf, target, spec)
         else:
-            spec = (self.offset, 1, dtype)
-        try:
-            if kind == "get":
-                win.Get(buf, target, spec)
-            else:
-                win.Accumulate(buf, target, spec, op=op)
-            win.Flush(target)
-        finally:
-            if dtype is not None:
-                dtype.Free()
+            win.update(buf, target, spec, op)
 
     def read_rows(self, ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """``Get`` rows ``ids`` (sorted, unique, in range) of the first axis (into ``out``)."""
@@ -232,9 +248,9 @@ class RmaStorage(Storage):
     def add_rows(self, ids: np.ndarray, rows: np.ndarray) -> None:
         """``Accumulate(SUM)`` into rows ``ids`` (sorted, unique, in range)."""
         buf = np.ascontiguousarray(rows, self.dtype)
-        self._row_op(np.asarray(ids, np.int64), buf, "acc", MPI.SUM)
+        self._row_op(np.asarray(ids, np.int64), buf, "acc", rma.SUM)
 
     def write_rows(self, ids: np.ndarray, rows: np.ndarray) -> None:
         """``Accumulate(REPLACE)`` rows ``ids`` (sorted, unique, in range)."""
         buf = np.ascontiguousarray(rows, self.dtype)
-        self._row_op(np.asarray(ids, np.int64), buf, "acc", MPI.REPLACE)
+        self._row_op(np.asarray(ids, np.int64), buf, "acc", rma.REPLACE)

@@ -25,11 +25,11 @@ import sys
 from typing import Any
 
 import numpy as np
-from mpi4py import MPI
 
 from hpcdist import abort
 from hpcdist.cluster.base import ClusterResolver
 from hpcdist.cluster.resolve import resolve
+from hpcdist.comm.p2p import Channel
 from hpcdist.core.variables import (
     VariableAggregation,
     VariableSynchronization,
@@ -40,17 +40,18 @@ from hpcdist.core.variables import (
 from hpcdist.data.options import InputContext
 from hpcdist.errors import ClusterConfigError
 from hpcdist.settings import get_settings
+from hpcdist.strategies.ps.control import CoordinatorRuntime
 from hpcdist.strategies.ps.partitioners import validate_partitions
+from hpcdist.strategies.ps.roles import Roles
 from hpcdist.strategies.ps.runtime import (
-    _Roles,
-    _Runtime,
     coordinator_only,
+    coordinator_runtime,
     has_runtime,
     install_runtime,
     is_creating_dataset,
     runtime,
-    serve,
 )
+from hpcdist.strategies.ps.serving import ServingRuntime
 from hpcdist.strategies.ps.store import RmaStorage, RmaStore, SegmentAllocator, mpi_datatype
 from hpcdist.strategies.ps.variables import PSVariable, ShardedVariable
 from hpcdist.strategies.strategy import Strategy, StrategyExtended
@@ -64,7 +65,7 @@ def _local_strategy() -> ParameterServerStrategy:
 
 
 class _PSExtended(StrategyExtended):
-    def __init__(self, strategy: Strategy, roles: _Roles, rank: int) -> None:
+    def __init__(self, strategy: Strategy, roles: Roles, rank: int) -> None:
         super().__init__(strategy, None)
         self.parameter_devices = tuple(
             f"/job:ps/replica:0/task:{i}/device:CPU:0" for i in range(len(roles.ps))
@@ -109,30 +110,35 @@ class ParameterServerStrategy(Strategy):
         if has_runtime():
             raise RuntimeError("a job can create one ParameterServerStrategy")
         settings = get_settings()
-        comm = MPI.COMM_WORLD.Dup()
+        channel = Channel()  # the control channel, over every rank of the job
         if cluster_resolver is None:
-            cluster_resolver = _default_resolver(comm.Get_size(), settings.num_ps)
-        tasks = comm.allgather((cluster_resolver.task_type, cluster_resolver.task_id))
+            cluster_resolver = _default_resolver(channel.size, settings.num_ps)
+        tasks = channel.allgather((cluster_resolver.task_type, cluster_resolver.task_id))
         try:
             _check_tasks(tasks, cluster_resolver)
-            roles = _Roles.from_tasks([(str(t), int(i)) for t, i in tasks])
+            roles = Roles.from_tasks([(str(t), int(i)) for t, i in tasks])
         except ClusterConfigError:
-            comm.Free()
+            channel.free()
             raise
         self._cluster_resolver = cluster_resolver
         self._variable_partitioner = variable_partitioner
         self._num_ps = len(roles.ps)
         self._num_workers = len(roles.workers)
-        self.extended = _PSExtended(self, roles, comm.Get_rank())
-        store = RmaStore(comm.Dup(), roles.ps)
+        self.extended = _PSExtended(self, roles, channel.rank)
+        store = RmaStore(channel.dup(), roles.ps)
+        if channel.rank != roles.coordinator:
+            server = ServingRuntime(self, channel, roles, store)
+            install_runtime(server)
+            if settings.abort_on_exception:
+                abort.install()
+            server.serve()
+            sys.exit(0)  # a ps or worker process has nothing left to do once the job ends
         allocator = SegmentAllocator(len(roles.ps), settings.ps_segment_bytes)
-        rt = install_runtime(self, comm, roles, store, allocator)
+        coordinator = CoordinatorRuntime(self, channel, roles, store, allocator)
+        install_runtime(coordinator)
         if settings.abort_on_exception:
             abort.install()
-        if not rt.is_coordinator:
-            serve(rt)
-            sys.exit(0)  # a ps or worker process has nothing left to do once the job ends
-        atexit.register(rt.shutdown)
+        atexit.register(coordinator.shutdown)
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return _local_strategy, ()
@@ -178,6 +184,7 @@ class ParameterServerStrategy(Strategy):
         if self._variable_partitioner is not None and value.ndim >= 1 and value.shape[0] > 0:
             parts = self._variable_partitioner(shape=value.shape, dtype=value.dtype)
             shards = validate_partitions(parts, value.shape, name)
+        rt = coordinator_runtime()
         make = (rt, trainable, synchronization, aggregation)
         if shards == 1:
             return _new_ps_variable(*make, value, name)
@@ -186,7 +193,7 @@ class ParameterServerStrategy(Strategy):
             for i, (lo, hi) in enumerate(balanced_bounds(value.shape[0], shards))
         ]
         var = ShardedVariable(pieces, name, rt.new_uid())
-        rt.variables[var._key[1]] = var
+        rt.variables[var.uid] = var
         return var
 
     def distribute_datasets_from_function(self, dataset_fn: Any, options: Any = None) -> Any:
@@ -202,7 +209,7 @@ class ParameterServerStrategy(Strategy):
 
 
 def _new_ps_variable(
-    rt: _Runtime,
+    rt: CoordinatorRuntime,
     trainable: bool,
     synchronization: VariableSynchronization,
     aggregation: VariableAggregation,

@@ -108,6 +108,11 @@ class PSVariable(Variable):
         self._key = ("ps", uid)
 
     @property
+    def uid(self) -> int:
+        """The identity every process's copy of this variable shares."""
+        return self._key[1]
+
+    @property
     def dtype(self) -> np.dtype:
         """The dtype."""
         return self._storage[0].dtype
@@ -231,6 +236,11 @@ class ShardedVariable(Variable):
         self._key = ("ps", uid)
 
     @property
+    def uid(self) -> int:
+        """The identity every process's copy of this variable shares."""
+        return self._key[1]
+
+    @property
     def variables(self) -> list[PSVariable]:
         """The shards."""
         return list(self._variables)
@@ -269,7 +279,7 @@ class ShardedVariable(Variable):
         return self.read_value() if read_value else None
 
     def _table(self) -> tuple[list[RmaStorage], np.ndarray]:
-        return [v._storage[0] for v in self._variables], self._bounds
+        return [v.storage for v in self._variables], self._bounds
 
     def checkpoint_value(self) -> _ShardSlices:
         """What a checkpoint saves: the logical value as consecutive shards, read one at a time.

@@ -43,7 +43,7 @@ def check(name, cond, detail=""):
 
 for _ in range(20):  # its cost becomes known: it is batched from now on
     coordinator.schedule(item, args=(-1,)).fetch()
-for _ in range(strategy._num_workers):
+for _ in range(strategy.cluster_resolver.cluster_spec().num_tasks("worker")):
     coordinator.schedule(busy)
 values = [coordinator.schedule(item, args=(i,)) for i in range(N)]
 start = time.monotonic()

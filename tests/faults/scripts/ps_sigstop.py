@@ -40,7 +40,7 @@ def check(name, cond, detail=""):
 
 
 pids = {}
-while len(pids) < strategy._num_workers:
+while len(pids) < strategy.cluster_resolver.cluster_spec().num_tasks("worker"):
     pids.update(v.fetch() for v in [coordinator.schedule(whoami) for _ in range(4)])
 print("PIDS " + json.dumps(pids), flush=True)
 victim = min(pids)

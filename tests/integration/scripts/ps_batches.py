@@ -21,7 +21,7 @@ from hpcdist.strategies.ps.runtime import runtime
 
 strategy = hd.ParameterServerStrategy()
 coordinator = hd.ClusterCoordinator(strategy)
-WORKERS = strategy._num_workers
+WORKERS = strategy.cluster_resolver.cluster_spec().num_tasks("worker")
 SENT: list[list[int]] = [[]]  # the number of functions of each batch sent, per case
 
 _send = runtime().send_command

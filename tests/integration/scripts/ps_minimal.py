@@ -23,7 +23,11 @@ with strategy.scope():
     v = strategy.Variable(1.0)
 coordinator.schedule(lambda: v.assign_add(1.0)).fetch()
 assert float(v.numpy()) == 2.0
-print(f"coordinator ready: {strategy._num_ps} ps, {strategy._num_workers} workers", flush=True)
+spec = strategy.cluster_resolver.cluster_spec()
+print(
+    f"coordinator ready: {spec.num_tasks('ps')} ps, {spec.num_tasks('worker')} workers",
+    flush=True,
+)
 if sys.argv[1:2] == ["queued"]:  # end the program with work queued: cancelled, not waited for
     import time
 
