@@ -27,6 +27,6 @@ def check_variables(loss_fn, variables, rtol=1e-5, atol=1e-7):
     grads = tape.gradient(loss, list(variables))
     for var, grad in zip(variables, grads, strict=True):
         assert grad is not None, f"no gradient for {var.name}"
-        array = var.values[0] if hasattr(var, "values") else var._storage[0].read()
+        array = var.values[0] if hasattr(var, "values") else var.storage.read()
         expected = numeric_grad(lambda: np.asarray(loss_fn()), array)
         np.testing.assert_allclose(grad, expected, rtol=rtol, atol=atol, err_msg=var.name)

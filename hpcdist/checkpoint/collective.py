@@ -12,8 +12,6 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
-from mpi4py import MPI
-
 from hpcdist.checkpoint.format import (
     CheckpointCorruptError,
     CheckpointError,
@@ -21,6 +19,7 @@ from hpcdist.checkpoint.format import (
     CheckpointWriteError,
 )
 from hpcdist.comm import Communicator, world
+from hpcdist.logger import process_rank
 from hpcdist.strategies.ps.runtime import coordinator_only
 
 __all__ = ["agree", "checkpoint_communicator", "is_checkpoint_chief", "local_checkpoints"]
@@ -69,7 +68,7 @@ def checkpoint_communicator() -> Communicator | None:
     """
     if _local.depth or coordinator_only():
         return None
-    if MPI.COMM_WORLD.Get_size() > 1:
+    if process_rank()[1] > 1:  # the size of ``COMM_WORLD``
         return world()
     return None
 

@@ -1,10 +1,11 @@
 """The base `Variable`, its synchronization and aggregation enums, and where a copy lives.
 
-Storage is behind a small interface (`Storage`: ``read``, ``write``, ``add``) so that the same
-variable classes keep their data in this process (`LocalStorage`), in a node's shared memory
+Storage is behind a small interface (`Storage`: ``read``, ``write``, ``add``; optionally an
+in-place array and atomic element updates for counters) so that the same variable classes keep
+their data in this process (`LocalStorage`), in a node's shared memory
 (``CentralStorageStrategy``) or in remote RMA windows (parameter servers); see
-``docs/variables.md``. Strategies build their distributed variables on this class
-(`hpcdist.strategies.variables`).
+``docs/variables.md``. `Variable.storage` is a single-copy variable's storage. Strategies build
+their distributed variables on this class (`hpcdist.strategies.variables`).
 
 Arithmetic on a variable is differentiable: the operators dispatch to `hpcdist.core.math_ops`,
 and a variable read under a `GradientTape` becomes a traced leaf through
@@ -14,6 +15,7 @@ and a variable read under a `GradientTape` becomes a traced leaf through
 from __future__ import annotations
 
 import enum
+import threading
 from typing import Any
 
 import numpy as np
@@ -61,10 +63,24 @@ class VariableAggregation(enum.Enum):
 
 
 class Storage:
-    """Where one copy of a variable lives."""
+    """Where one copy of a variable lives.
+
+    ``read``, ``write`` and ``add`` are the whole value. Two optional parts of the protocol:
+
+    * `local_array`: the array holding the value in this process, the one sanctioned way to
+      modify it in place (``read``'s array must not be modified);
+    * element atomics (`fetch_add`, `compare_and_swap`, `atomic_read`), for integer counters
+      (the TF1 layer's global step, `hpcdist.compat.v1.atomics`): atomic with respect to each
+      other on the same element. The defaults work on `local_array` under one lock of this
+      process; a storage in another process's memory (an RMA window) overrides them with MPI's
+      atomic operations.
+    """
 
     def read(self) -> np.ndarray:
-        """Return the current value (a copy-free view where possible; do not modify it)."""
+        """Return the current value (a copy-free view where possible; do not modify it).
+
+        To update the value in place use `local_array`, whose array is meant for that.
+        """
         raise NotImplementedError
 
     def write(self, value: np.ndarray) -> None:
@@ -74,6 +90,64 @@ class Storage:
     def add(self, delta: np.ndarray) -> None:
         """Add ``delta`` to the value."""
         raise NotImplementedError
+
+    def local_array(self) -> np.ndarray | None:
+        """The array holding the value in this process, for in-place updates; or None.
+
+        The caller serialises its own in-place updates (a lock); nothing else synchronises
+        them. None (the default) when the value is not in memory this process may write alone
+        (a remote window, a node's shared segment).
+        """
+        return None
+
+    # -- element atomics (integer values) ------------------------------------------------------
+
+    def fetch_add(self, index: int, delta: int) -> int:
+        """Add ``delta`` to element ``index`` of the flat value; the value before.
+
+        Raises:
+            TypeError: The storage has no `local_array` and no atomics of its own.
+        """
+        with _element_lock:
+            array = self._flat("fetch_add")
+            old = int(array[index])
+            array[index] = old + delta
+            return old
+
+    def compare_and_swap(self, index: int, expected: int, new: int) -> int:
+        """Set element ``index`` to ``new`` if it equals ``expected``; the value found.
+
+        Raises:
+            TypeError: The storage has no `local_array` and no atomics of its own.
+        """
+        with _element_lock:
+            array = self._flat("compare_and_swap")
+            old = int(array[index])
+            if old == expected:
+                array[index] = new
+            return old
+
+    def atomic_read(self, index: int) -> int:
+        """Element ``index`` of the flat value, read atomically with the updates above.
+
+        Raises:
+            TypeError: The storage has no `local_array` and no atomics of its own.
+        """
+        with _element_lock:
+            return int(self._flat("atomic_read")[index])
+
+    def _flat(self, operation: str) -> np.ndarray:
+        array = self.local_array()
+        if array is None:
+            raise TypeError(
+                f"{operation}: expected a storage in this process's memory or one with its own "
+                f"atomics, got a {type(self).__name__}"
+            )
+        return array.reshape(-1)
+
+
+#: Serialises the element atomics of every storage in this process's memory.
+_element_lock = threading.Lock()
 
 
 class LocalStorage(Storage):
@@ -92,6 +166,10 @@ class LocalStorage(Storage):
 
     def read(self) -> np.ndarray:
         """The array itself."""
+        return self.array
+
+    def local_array(self) -> np.ndarray:
+        """The array itself (updates in place change the variable)."""
         return self.array
 
     def write(self, value: np.ndarray) -> None:
@@ -157,6 +235,11 @@ class Variable(Operators):
         self.synchronization = synchronization
         self.aggregation = aggregation
 
+    @property
+    def storage(self) -> Storage:
+        """Where the value lives (the first copy's storage when there are several)."""
+        return self._storage[0]
+
     # -- reading ---------------------------------------------------------------------------
 
     @property
@@ -187,7 +270,14 @@ class Variable(Operators):
         """Where this copy lives: ``"cpu:0"`` or ``"gpu:N"``."""
         return device_of(self._value())
 
-    def _value(self) -> np.ndarray:
+    def local_value(self) -> np.ndarray:
+        """The value where it lives, as seen from the current context, without a copy.
+
+        A CuPy array stays on its GPU. Read it, never modify it: it may be the storage itself.
+        """
+        return self._value()
+
+    def _value(self) -> np.ndarray:  # subclasses say where the current context's copy lives
         return self._storage[0].read()
 
     def checkpoint_value(self) -> np.ndarray:
@@ -199,7 +289,7 @@ class Variable(Operators):
         """
         return to_numpy(self._value())
 
-    def _dense_tensor(self) -> Tensor:
+    def dense_tensor(self) -> Tensor:
         """The value as a `Tensor`: a traced leaf when a recording tape watches this variable."""
         return variable_accessed(self, self._value())
 
@@ -227,7 +317,7 @@ class Variable(Operators):
         return f"<{type(self).__name__} {self.name!r} shape={self.shape} dtype={self.dtype}>"
 
 
-register_tensor_conversion(Variable, Variable._dense_tensor)
+register_tensor_conversion(Variable, Variable.dense_tensor)
 
 
 def initial_array(initial: Any, dtype: Any) -> np.ndarray:

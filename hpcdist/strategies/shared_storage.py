@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from mpi4py import MPI
 
+from hpcdist.comm.rma import Window
 from hpcdist.core.variables import Storage
 from hpcdist.utils.xp import to_numpy
 
@@ -14,7 +14,7 @@ __all__ = ["SharedStorage"]
 
 
 class SharedStorage(Storage):
-    """One copy per node, in an ``MPI_Win_allocate_shared`` segment (`CentralStorageStrategy`).
+    """One copy per node, in a shared `hpcdist.comm.rma.Window` (`CentralStorageStrategy`).
 
     Every rank of the node reads the same memory. Updates are collective: a node barrier (every
     rank has finished reading the old value), the leader applies the update once, a second
@@ -30,8 +30,8 @@ class SharedStorage(Storage):
         self.comm = node_comm
         self.leader = node_comm.Get_rank() == 0
         nbytes = max(value.nbytes, 1)
-        self.win = MPI.Win.Allocate_shared(nbytes if self.leader else 0, 1, comm=node_comm)
-        buf, _ = self.win.Shared_query(0)
+        self.win = Window.allocate_shared(node_comm, nbytes if self.leader else 0, 1)
+        buf, _ = self.win.shared_memory(0)
         self.array = np.frombuffer(buf, dtype=value.dtype, count=value.size).reshape(value.shape)
         if self.leader:
             self.array[...] = value

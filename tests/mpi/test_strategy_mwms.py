@@ -218,7 +218,7 @@ def test_central_storage_one_copy_per_node():
     assert n == comm.size
     with s.scope():
         v = s.Variable(np.zeros(4), aggregation=hd.VariableAggregation.SUM)
-    assert isinstance(v._storage[0], SharedStorage)
+    assert isinstance(v.storage, SharedStorage)
     s.run(lambda: v.assign_add(np.ones(4)))
     assert (v.numpy() == n).all()
     # Really one copy: a write by the leader straight into memory is seen by every rank.

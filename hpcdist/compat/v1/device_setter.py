@@ -31,7 +31,7 @@ import numpy as np
 
 from hpcdist.cluster.spec import ClusterSpec
 from hpcdist.compat.v1.devices import DeviceSpec
-from hpcdist.log import get_logger
+from hpcdist.logger import get_logger
 
 __all__ = [
     "STANDARD_PS_OPS",

@@ -99,9 +99,6 @@ class OpRecord:
         """``"shape"`` or ``"dtype"``."""
         return self._attrs[name]
 
-    def _set_device(self, device: str) -> None:
-        self.device = device
-
 
 class Operation:
     """A deferred action (TF's ``Operation``): `Session.run` calls it and fetches None.
@@ -116,7 +113,8 @@ class Operation:
         self._fn, self.name, self.inputs = fn, name, tuple(inputs)
         self.type = "NoOp" if fn is None else "Op"
 
-    def _run(self, state: Any) -> None:
+    def execute(self, state: Any) -> None:
+        """Run the inputs, then this operation, in run ``state`` (`Session.run` calls it)."""
         for op in self.inputs:
             state.run_op(op)
         if self._fn is not None:
@@ -193,8 +191,11 @@ class Graph:
         """Refuse new variables and ops from now on."""
         self._finalized = True
 
-    def _unsafe_unfinalize(self) -> None:
+    def unfinalize(self) -> None:
+        """Accept changes again (a `MonitoredSession` that finalized the graph, at close)."""
         self._finalized = False
+
+    _unsafe_unfinalize = unfinalize  # TF's name
 
     def check_not_finalized(self) -> None:
         """Raise TF's RuntimeError when the graph is finalized."""
@@ -219,6 +220,10 @@ class Graph:
         if mark_as_used:
             self._names[key] = 1
         return f"{full}_{i - 1}"
+
+    def get_name_scope(self) -> str:
+        """The current name scope, without a trailing ``/`` (``""`` at the top)."""
+        return self._name_stack
 
     @contextlib.contextmanager
     def name_scope(self, name: str | None) -> Iterator[str]:
@@ -296,12 +301,12 @@ class Graph:
         a ``tf.device(None)`` scope stops the outer ones.
         """
         if self._colocation:
-            record._set_device(self._colocation[-1].device)
+            record.device = self._colocation[-1].device
             return record.device
         for function in reversed(self._device_stack):
             if function is None:
                 break
-            record._set_device(canonical_name(function(record) or ""))
+            record.device = canonical_name(function(record) or "")
         return record.device
 
     # -- variables ------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """TF1's session-run hooks: TF's ``basic_session_run_hooks`` with its rules and messages.
 
 Hooks read the global step with ``session.run(global_step)`` and log through
-`hpcdist.log.get_logger`. Differences from TF: `StopAtStepHook.last_step` lets a monitored
+`hpcdist.logger.get_logger`. Differences from TF: `StopAtStepHook.last_step` lets a monitored
 session bound its train op (exact stop with any number of workers); `CheckpointSaverHook`
 writes HDF5 checkpoints through `hpcdist.compat.v1.saver.Saver` (no graph or events file);
 `SummarySaverHook` (in `hpcdist.compat.v1.summary_hook`) writes the scalars it is given to a
@@ -32,7 +32,7 @@ from hpcdist.compat.v1.summary_hook import (
     open_event_writer,
 )
 from hpcdist.compat.v1.variables import get_global_step
-from hpcdist.log import get_logger
+from hpcdist.logger import get_logger
 
 __all__ = [
     "CheckpointSaverHook",

@@ -22,7 +22,7 @@ from hpcdist.compat.v1.session import Session
 from hpcdist.compat.v1.session_manager import ChiefSessionCreator, Scaffold, WorkerSessionCreator
 from hpcdist.compat.v1.session_run_hook import SessionRunArgs, SessionRunContext, SessionRunValues
 from hpcdist.errors import AbortedError, OutOfRangeError, UnavailableError
-from hpcdist.log import get_logger
+from hpcdist.logger import get_logger
 from hpcdist.nn import event_writer
 
 __all__ = [
@@ -223,7 +223,7 @@ class MonitoredSession:
             if self._sess is not None:
                 self._sess.close()
             if not self._graph_was_finalized:
-                self._graph._unsafe_unfinalize()
+                self._graph.unfinalize()
 
     def __enter__(self) -> MonitoredSession:
         return self

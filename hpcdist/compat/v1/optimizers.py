@@ -45,15 +45,16 @@ def gradients_of(state: Any, loss: Callable[[], Any], var_list: list[Variable]) 
     The loss value is remembered for the run: fetching ``loss`` beside the train op gives the
     value the gradients came from.
     """
-    key = ("grads", id(loss), tuple(id(v) for v in var_list))
-    memo = state._values.get(key)
-    if memo is None:
+
+    def compute() -> tuple[Callable[[], Any], list[Any]]:
         with GradientTape() as tape:
             value = loss()
         grads = tape.gradient(value, list(var_list))
         state.remember(loss, value)
-        memo = state._values[key] = (loss, grads)
-    return memo[1]
+        return loss, grads  # holding ``loss`` keeps its id, part of the key, unique
+
+    key = ("grads", id(loss), tuple(id(v) for v in var_list))
+    return state.once(key, compute)[1]
 
 
 class _Gradient:
@@ -102,19 +103,29 @@ def reserve_step(global_step: Variable, bound: int | None) -> bool:
 
 def read_rows(var: Variable, ids: np.ndarray) -> np.ndarray:
     """Rows ``ids`` (sorted, unique) of ``var``."""
-    storage = var._storage[0]
+    storage = var.storage
     if isinstance(storage, RmaStorage):
         return storage.read_rows(ids)
     return np.array(storage.read()[ids])
 
 
 def add_rows(var: Variable, ids: np.ndarray, rows: np.ndarray) -> None:
-    """Add ``rows`` into rows ``ids`` (sorted, unique) of ``var``."""
-    storage = var._storage[0]
+    """Add ``rows`` into rows ``ids`` (sorted, unique) of ``var``.
+
+    Raises:
+        TypeError: ``var``'s memory is neither an RMA window nor this process's.
+    """
+    storage = var.storage
     if isinstance(storage, RmaStorage):
         storage.add_rows(ids, rows.astype(var.dtype, copy=False))
-    else:
-        storage.read()[ids] += rows.astype(var.dtype, copy=False)
+        return
+    array = storage.local_array()
+    if array is None:
+        raise TypeError(
+            f"cannot update rows of variable {var.name!r} in place: its storage "
+            f"{type(storage).__name__} is neither an RMA window nor memory of this process"
+        )
+    array[ids] += rows.astype(var.dtype, copy=False)
 
 
 class _Target:
@@ -156,7 +167,18 @@ class Optimizer:
 
     # -- slots ----------------------------------------------------------------------------------
 
+    def create_slots(self, var_list: list[Variable]) -> None:
+        """Create the slot and non-slot variables of ``var_list`` (once per variable).
+
+        `apply_gradients` calls it; so does a wrapper applying this optimizer's updates itself
+        (`SyncReplicasOptimizer`). Subclasses extend TF's hooks `_create_slots` and
+        `_create_non_slots`.
+        """
+        self._create_slots(var_list)
+        self._create_non_slots(var_list)
+
     def _create_slots(self, var_list: list[Variable]) -> None:
+        """Create this optimizer's slots (``_slot_specs``) of each variable."""
         graph = get_default_graph()
         for var in var_list:
             for i, (slot, initial) in enumerate(self._slot_specs):
@@ -227,9 +249,7 @@ class Optimizer:
             raise ValueError(
                 f"No gradients provided for any variable: {[v.name for _, v in pairs]}"
             )
-        var_list = [v for g, v in pairs if g is not None]
-        self._create_slots(var_list)
-        self._create_non_slots(var_list)
+        self.create_slots([v for g, v in pairs if g is not None])
 
         def apply(state: Any) -> None:
             grads = [evaluate_gradient(state, g) for g, _ in pairs]

@@ -76,7 +76,7 @@ def place_graph(graph: Any, cluster: Any) -> Placement:
     for var in graph.variables:
         task = ps_task(var, num_ps)
         if task is None:
-            var._place(LocalStorage(var.initial_value))
+            var.place(LocalStorage(var.initial_value))
             continue
         nbytes = int(np.prod(var.shape, dtype=np.int64)) * var.dtype.itemsize
         offset = used[task]
@@ -92,7 +92,7 @@ def place_graph(graph: Any, cluster: Any) -> Placement:
                 f"more than its {cluster.segment_bytes}-byte RMA segment: set "
                 f"HPCDIST_PS_SEGMENT_BYTES to at least {2 * total + HEADER_BYTES}"
             )
-        var._place(cluster.storage(task, offset, var.shape, var.dtype, var.name))
+        var.place(cluster.storage(task, offset, var.shape, var.dtype, var.name))
         table.append((var.name, tuple(var.shape), var.dtype.str, task))
     graph.binding = Placement(table)
     return graph.binding

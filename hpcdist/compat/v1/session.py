@@ -39,7 +39,7 @@ class RunState:
 
     def __init__(self, session: Session) -> None:
         self.session = session
-        self._values: dict[int, Any] = {}
+        self._values: dict[Any, Any] = {}
         self._done: set[int] = set()
 
     def run_op(self, op: Operation) -> None:
@@ -47,11 +47,23 @@ class RunState:
         if id(op) in self._done:
             return
         self._done.add(id(op))
-        op._run(self)
+        op.execute(self)
 
     def remember(self, fn: Any, value: Any) -> None:
         """Record ``value`` as the result of function ``fn`` in this run."""
         self._values[id(fn)] = (fn, value)
+
+    def once(self, key: Any, compute: Callable[[], Any]) -> Any:
+        """``compute()``, called the first time ``key`` is asked for in this run.
+
+        Args:
+            key: A hashable key other than an ``id`` (those name the functions of `remember`).
+            compute: Returns the value; it may call `remember`. Keep whatever ``key`` refers to
+                alive inside the value, so that an ``id`` in the key is not reused.
+        """
+        if key not in self._values:
+            self._values[key] = compute()
+        return self._values[key]
 
     def evaluate(self, fetch: Any) -> Any:
         """The value of one fetch (a function is called once per run)."""
@@ -76,7 +88,7 @@ def _host(value: Any) -> Any:
     elif isinstance(value, Variable):
         value = value.numpy()
     elif isinstance(value, Placeholder):
-        value = value._tensor().value
+        value = value.as_tensor().value
     return to_numpy(value)
 
 

@@ -3,14 +3,13 @@
 The chief places the graph, initializes every variable (the shared ones on the ps tasks and
 its own), restores the newest checkpoint of ``checkpoint_dir`` over them, then publishes
 "ready" with a hash of the graph's ps variables in a header on ps 0. Other workers initialize
-their own variables and wait for that header (polling from 10 us to 10 ms, not TF's 30 s) up
-to ``max_wait_secs``; a different hash means a different graph, an error. No worker talks to
-another worker, so a finished chief never leaves one hanging.
+their own variables and wait for that header (`hpcdist.utils.waiting.Waiter`'s polls, at most
+10 ms apart, not TF's 30 s) up to ``max_wait_secs``; a different hash means a different graph,
+an error. No worker talks to another worker, so a finished chief never leaves one hanging.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
@@ -21,9 +20,13 @@ from hpcdist.compat.v1.placement import ps_task
 from hpcdist.compat.v1.saver import default_saver, latest_checkpoint
 from hpcdist.compat.v1.session import Session
 from hpcdist.errors import DeadlineExceededError
-from hpcdist.log import get_logger
+from hpcdist.logger import get_logger
+from hpcdist.utils.waiting import Waiter
 
 __all__ = ["ChiefSessionCreator", "Scaffold", "WorkerSessionCreator"]
+
+#: The longest pause between two reads of the chief's "ready" word (seconds).
+_MAX_POLL_S = 0.01
 
 
 class Scaffold:
@@ -59,7 +62,7 @@ class Scaffold:
                 raise TypeError("copy_from_scaffold is not a Scaffold instance.")
             init_op = init_op or copy_from_scaffold.init_op
             init_feed_dict = init_feed_dict or copy_from_scaffold.init_feed_dict
-            init_fn = init_fn or copy_from_scaffold._user_init_fn
+            init_fn = init_fn or copy_from_scaffold.user_init_fn
             local_init_op = local_init_op or copy_from_scaffold.local_init_op
             saver = saver or copy_from_scaffold.saver
         self.init_op, self.init_feed_dict, self.local_init_op = (
@@ -70,6 +73,11 @@ class Scaffold:
         self._user_init_fn = init_fn
         self.saver = saver
         self.finalized = False
+
+    @property
+    def user_init_fn(self) -> Any:
+        """``init_fn`` as given: ``init_fn(scaffold, session)``, or None."""
+        return self._user_init_fn
 
     @property
     def init_fn(self) -> Any:
@@ -103,23 +111,25 @@ class _Header:
     """The ready word and graph hash at the start of ps 0's memory."""
 
     def __init__(self, cluster: Any) -> None:
-        self._storage = [cluster.storage(0, 0, (2,), np.int64, "session_header")]
+        # What `hpcdist.compat.v1.atomics` addresses: a storage, a dtype and a name.
+        self.name, self.dtype = "session_header", np.dtype(np.int64)
+        self.storage = cluster.storage(0, 0, (2,), self.dtype, self.name)
 
     def publish(self, digest: int) -> None:
-        self._storage[0].write(np.array([atomic_read(self, 0), digest], np.int64))
+        self.storage.write(np.array([atomic_read(self, 0), digest], np.int64))
         fetch_add(self, 1, 0)
 
     def wait(self, digest: int, max_wait_secs: float) -> None:
-        start, delay = time.monotonic(), 1e-5
-        while atomic_read(self, 0) == 0:
-            waited = time.monotonic() - start
-            if waited > max_wait_secs:
-                raise DeadlineExceededError(
-                    f"Session was not ready after waiting {int(max_wait_secs)} secs."
-                )
-            time.sleep(delay)
-            delay = min(2 * delay, 0.01)
-        found = int(self._storage[0].read()[1])
+        def late(elapsed: float) -> BaseException:
+            del elapsed
+            return DeadlineExceededError(
+                f"Session was not ready after waiting {int(max_wait_secs)} secs."
+            )
+
+        Waiter(max_wait_secs, on_timeout=late, max_sleep_s=_MAX_POLL_S).wait(
+            lambda: atomic_read(self, 0) != 0
+        )
+        found = int(self.storage.read()[1])
         if found != digest:
             raise ValueError(
                 f"this worker built a different graph than the chief: its parameter-server "

@@ -21,8 +21,8 @@ the last update is exactly the last step.
 
 from __future__ import annotations
 
-import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -33,8 +33,9 @@ from hpcdist.compat.v1.session_run_hook import SessionRunHook
 from hpcdist.compat.v1.variables import Variable
 from hpcdist.core.autodiff import IndexedSlices
 from hpcdist.errors import DeadlineExceededError
-from hpcdist.log import get_logger
+from hpcdist.logger import get_logger
 from hpcdist.settings import get_settings
+from hpcdist.utils.waiting import wait_value
 
 __all__ = ["SyncReplicasOptimizer"]
 
@@ -42,33 +43,35 @@ _COUNT_BITS = 20
 _COUNT_MASK = (1 << _COUNT_BITS) - 1
 _EMPTY = -1
 
+T = TypeVar("T")
+
 
 def _word(step: int, admitted: int) -> int:
     return (step << _COUNT_BITS) | admitted
 
 
-def _wait(what: str, ready: Any) -> Any:
-    """Poll ``ready()`` until it returns a value other than None (bounded by the deadline)."""
-    deadline = get_settings().timeout_seconds
-    warn_after = get_settings().stall_warning_seconds
-    start = time.monotonic()
-    warned = False
-    delay = 1e-5
-    while True:
-        value = ready()
-        if value is not None:
-            return value
-        waited = time.monotonic() - start
-        if deadline is not None and waited > deadline:
-            raise DeadlineExceededError(
-                f"SyncReplicasOptimizer: waited {waited:.1f} s for {what} (HPCDIST_TIMEOUT_SECONDS="
-                f"{deadline:g}); are all {what.split()[0]} workers still training?"
-            )
-        if warn_after is not None and waited > warn_after and not warned:
-            warned = True
-            get_logger().warning("SyncReplicasOptimizer: still waiting for %s", what)
-        time.sleep(delay)
-        delay = min(delay * 2, 1e-3)
+def _wait(what: str, ready: Callable[[], T | None]) -> T:
+    """Poll ``ready()`` until it returns a value other than None (bounded by the deadline).
+
+    Raises:
+        DeadlineExceededError: Nothing came within ``HPCDIST_TIMEOUT_SECONDS``.
+    """
+    settings = get_settings()
+    deadline = settings.timeout_seconds
+
+    def stalled(elapsed: float) -> None:
+        del elapsed
+        get_logger().warning("SyncReplicasOptimizer: still waiting for %s", what)
+
+    def late(elapsed: float) -> BaseException:
+        return DeadlineExceededError(
+            f"SyncReplicasOptimizer: waited {elapsed:.1f} s for {what} (HPCDIST_TIMEOUT_SECONDS="
+            f"{deadline:g}); are all {what.split()[0]} workers still training?"
+        )
+
+    value = wait_value(ready, deadline, settings.stall_warning_seconds, stalled, late)
+    assert value is not None  # the waiter raises at its deadline
+    return value
 
 
 class SyncReplicasOptimizer(Optimizer):
@@ -121,6 +124,11 @@ class SyncReplicasOptimizer(Optimizer):
         self._local_step: Variable | None = None
         self._capacity = 0
 
+    @property
+    def gradients_applied(self) -> bool:
+        """Whether `apply_gradients` was called (the hook and queue runner need it first)."""
+        return self._gradients_applied
+
     # -- delegation -------------------------------------------------------------------------
 
     def compute_gradients(self, *args: Any, **kwargs: Any) -> list[tuple[Any, Variable]]:
@@ -158,8 +166,7 @@ class SyncReplicasOptimizer(Optimizer):
         graph = get_default_graph()
         self._global_step = global_step
         self._variables = [v for _, v in pairs]
-        self._opt._create_slots([v for g, v in pairs if g is not None])
-        self._opt._create_non_slots([v for g, v in pairs if g is not None])
+        self._opt.create_slots([v for g, v in pairs if g is not None])
         self._capacity = 4 * self._tokens_per_step + 64
         with graph.name_scope(None):
             with graph.colocate_with(global_step):
@@ -328,7 +335,7 @@ class _SyncReplicasHook(SessionRunHook):
         self._opt, self._is_chief, self._num_tokens = opt, is_chief, num_tokens
 
     def begin(self) -> None:
-        if not self._opt._gradients_applied:
+        if not self._opt.gradients_applied:
             raise ValueError(
                 "SyncReplicasOptimizer.apply_gradient should be called before using the hook."
             )

@@ -9,24 +9,26 @@ by exactly one rank, with the same cluster everywhere, or every rank raises the 
 The end of the job: every other rank tells each ps that it is done (``leave``); a ps serving
 its memory (``Server.join()``, or at exit) returns once every other rank has left, and the
 segments are freed by all ranks together. Ranks that leave early wait there for the others.
+The messages travel on a `hpcdist.comm.p2p.Channel` under its tag ``TAG_TF1_LEAVE``; the
+memory is `hpcdist.comm.rma` windows over the channel's ranks.
 A task that dies of an uncaught exception aborts the whole job (`hpcdist.abort`, exit code 17;
 ``HPCDIST_ABORT_ON_EXCEPTION=0`` turns that off).
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
-from mpi4py import MPI
 
 from hpcdist import abort, timeline
 from hpcdist.cluster.spec import ClusterSpec
 from hpcdist.comm import lifetime
+from hpcdist.comm.p2p import ANY_SOURCE, TAG_TF1_LEAVE, Channel
 from hpcdist.errors import ClusterConfigError
 from hpcdist.settings import get_settings
 from hpcdist.strategies.ps.store import RmaStorage, RmaStore
+from hpcdist.utils.waiting import Waiter
 
 __all__ = ["HEADER_BYTES", "PS_JOB", "TaskCluster", "current", "set_current"]
 
@@ -34,7 +36,6 @@ __all__ = ["HEADER_BYTES", "PS_JOB", "TaskCluster", "current", "set_current"]
 PS_JOB = "ps"
 #: Bytes at the start of ps 0's memory kept for the session header (ready flag, graph hash).
 HEADER_BYTES = 64
-_TAG_LEAVE = 91
 
 
 class TaskCluster:
@@ -45,30 +46,30 @@ class TaskCluster:
         job_name: This rank's job.
         task_index: This rank's task.
         tasks: ``tasks[r]`` = ``(job, task)`` of rank ``r``.
-        comm: A private communicator over every rank.
+        channel: A private channel over every rank (freed by `close`).
     """
 
     def __init__(
-        self, cluster: ClusterSpec, job_name: str, task_index: int, tasks: list, comm: Any
+        self, cluster: ClusterSpec, job_name: str, task_index: int, tasks: list, channel: Channel
     ) -> None:
         self.cluster, self.job_name, self.task_index = cluster, job_name, task_index
         self.tasks = tasks
-        self.comm = comm
-        self.rank = comm.Get_rank()
+        self.channel = channel
+        self.rank = channel.rank
         ps = sorted((t, r) for r, (j, t) in enumerate(tasks) if j == PS_JOB)
         self.ps_ranks = [r for _, r in ps]
         self.is_ps = self.rank in self.ps_ranks
         self.others = [r for r in range(len(tasks)) if r not in self.ps_ranks]
         self.segment_bytes = get_settings().ps_segment_bytes
-        self.store = RmaStore(comm, self.ps_ranks)
+        self.store = RmaStore(channel, self.ps_ranks)
         self._left = False
         self.closed = False
         if self.ps_ranks:
             self.store.create_segment([self.segment_bytes] * len(self.ps_ranks))
             if self.is_ps:
-                memory = np.frombuffer(self.store.windows[0].tomemory(), np.uint8)
+                memory = np.frombuffer(self.store.local_memory(0), np.uint8)
                 memory[:] = 0
-            comm.Barrier()
+            channel.barrier()
         lifetime.register(self)
 
     @classmethod
@@ -80,13 +81,17 @@ class TaskCluster:
                 (a task claimed twice or by none, more ranks than tasks), the ranks were given
                 different clusters, or a ps job without any other job.
         """
-        world = MPI.COMM_WORLD
-        claims = world.allgather((job_name, int(task_index), cluster.as_dict()))
-        check_claims(cluster, claims)
+        channel = Channel()
+        claims = channel.allgather((job_name, int(task_index), cluster.as_dict()))
+        try:
+            check_claims(cluster, claims)
+        except ClusterConfigError:
+            channel.free()  # every rank raises the same error, so every rank frees
+            raise
         if get_settings().abort_on_exception:
             abort.install()  # a task that dies must end the job, not strand the others
         timeline.start_from_environment()
-        return cls(cluster, job_name, task_index, [(j, t) for j, t, _ in claims], world.Dup())
+        return cls(cluster, job_name, task_index, [(j, t) for j, t, _ in claims], channel)
 
     # -- memory -------------------------------------------------------------------------------
 
@@ -102,24 +107,17 @@ class TaskCluster:
             return
         self._left = True
         for rank in self.ps_ranks:
-            self.comm.send(None, dest=rank, tag=_TAG_LEAVE)
+            self.channel.send(None, rank, TAG_TF1_LEAVE)
 
     def serve(self) -> None:
-        """On a ps: keep the memory served until every other rank has left."""
-        status = MPI.Status()
+        """On a ps: keep the memory served until every other rank has left (no deadline)."""
         gone: set[int] = set()
-        idle = 0
+        waiter = Waiter()  # probing drives MPI's progress of the workers' RMA
         while len(gone) < len(self.others):
-            if self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=_TAG_LEAVE, status=status):
-                source = status.Get_source()
-                self.comm.recv(source=source, tag=_TAG_LEAVE)
-                gone.add(source)
-                idle = 0
-                continue
-            # Probing drives MPI's progress of the workers' RMA; back off to 1 ms when idle.
-            idle += 1
-            if idle > 200:
-                time.sleep(min(1e-3, 2e-5 * (idle - 200)))
+            waiter.restart()
+            got = waiter.wait_value(lambda: self.channel.poll(ANY_SOURCE, TAG_TF1_LEAVE))
+            assert got is not None  # a waiter without a timeout never gives up
+            gone.add(got[0])
 
     def close(self) -> None:
         """Leave, serve (ps) until everyone left, then free the memory (collective)."""
@@ -131,7 +129,7 @@ class TaskCluster:
         if self.is_ps:
             self.serve()
         self.store.free()
-        self.comm.Free()
+        self.channel.free()
 
 
 def check_claims(cluster: ClusterSpec, claims: list[tuple[str, int, dict]]) -> None:

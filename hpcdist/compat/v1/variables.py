@@ -52,7 +52,7 @@ class _Unplaced(Storage):
             "them with session.run(variable) or inside a function that session.run evaluates"
         )
 
-    read = write = add = _fail
+    read = write = add = local_array = _fail
 
 
 class Variable(_BaseVariable):
@@ -152,8 +152,8 @@ class Variable(_BaseVariable):
         del session
         self.assign(value, read_value=False)
 
-    def _place(self, storage: Storage) -> None:
-        """Give this variable its memory (called by the session's placement)."""
+    def place(self, storage: Storage) -> None:
+        """Give this variable its memory (`hpcdist.compat.v1.placement` calls it)."""
         self._storage = [storage]
 
     def __repr__(self) -> str:
@@ -169,7 +169,7 @@ class Variable(_BaseVariable):
         return super().__eq__(other)
 
 
-register_tensor_conversion(Variable, Variable._dense_tensor)
+register_tensor_conversion(Variable, Variable.dense_tensor)
 
 
 class Placeholder:
@@ -207,7 +207,12 @@ class Placeholder:
             )
         return array
 
-    def _tensor(self) -> Tensor:
+    def as_tensor(self) -> Tensor:
+        """The fed value as a `Tensor`.
+
+        Raises:
+            InvalidArgumentError: Nothing was fed (TF's message).
+        """
         if self.value is None:
             raise InvalidArgumentError(
                 f"You must feed a value for placeholder tensor '{self.name}' with dtype "
@@ -219,7 +224,7 @@ class Placeholder:
         return f"<tf.placeholder '{self.name}:0' shape={self.shape} dtype={self.dtype.name}>"
 
 
-register_tensor_conversion(Placeholder, Placeholder._tensor)
+register_tensor_conversion(Placeholder, Placeholder.as_tensor)
 
 
 def placeholder(dtype: Any, shape: Any = None, name: str | None = None) -> Placeholder:
@@ -269,7 +274,8 @@ def get_variable(
     del kwargs
     graph = get_default_graph()
     full = graph.unique_name(name, mark_as_used=False)
-    if full != (f"{graph._name_stack}/{name}" if graph._name_stack else name):
+    scope = graph.get_name_scope()
+    if full != (f"{scope}/{name}" if scope else name):
         raise ValueError(
             f"Variable {name} already exists, disallowed. Did you mean to set reuse=True or "
             "reuse=tf.AUTO_REUSE in VarScope?"
