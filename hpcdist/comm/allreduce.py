@@ -27,8 +27,9 @@ from hpcdist.comm.arrays import (
     to_host,
     to_wire,
 )
-from hpcdist.comm.checks import _MASK, KINDS, Deadline, Header, dtype_code
-from hpcdist.comm.context import Context, Resolved, same
+from hpcdist.comm.checks import KINDS, Header, dtype_code, fingerprint
+from hpcdist.comm.collective_state import CollectiveState, Resolved, same
+from hpcdist.comm.deadline import Deadline
 from hpcdist.comm.in_place import check_in_place, type_name
 from hpcdist.comm.options import CommunicationImplementation, CommunicationOptions
 from hpcdist.comm.outputs import OutputPool
@@ -64,19 +65,19 @@ class AllReduce:
     """The all-reduces of one communicator.
 
     Args:
-        ctx: What the communicator's collectives share.
+        state: What the communicator's collectives share.
     """
 
-    def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
-        self.env = ctx.env
-        self.backends = ctx.backends
-        self.size = ctx.size
-        default = ctx.opts(None)
-        self._shm = ctx.backends.shm
-        self._small_deadline = Deadline(default.timeout, ctx.env.stall, None, ctx.env.board, 0)
+    def __init__(self, state: CollectiveState) -> None:
+        self.state = state
+        self.env = state.env
+        self.backends = state.backends
+        self.size = state.size
+        self._shm = state.backends.shm
+        # One deadline for every small call, reset by ``Envelope.begin`` (no allocation per call).
+        self._small_deadline = Deadline(None, state.env.stall, None, state.env.board, 0)
         #: Whether the one-barrier fast path may serve small all-reduces.
-        self.fast = ctx.size > 1 and ctx.num_nodes == 1 and ctx.settings.shm_min_bytes == 0
+        self.fast = state.size > 1 and state.num_nodes == 1 and state.settings.shm_min_bytes == 0
         self._outputs = OutputPool()  # large out-of-place results, reused once dropped
 
     # -- fast path ----------------------------------------------------------------------------
@@ -90,31 +91,27 @@ class AllReduce:
     ) -> np.ndarray | None:
         """One-barrier shared-memory all-reduce of a small contiguous array, or None if not one.
 
-        The same protocol as the general path (fingerprint in the shared-memory barrier). With
-        ``out`` (``x`` itself for ``allreduce_``) the result is written there.
+        The protocol of the general path, with the same definitions: the sequence number and
+        deadline of `Envelope.begin`, the header of `_allreduce` (its `fingerprint` compared in
+        the shared-memory barrier) and the rank-order reduction of the SHM backend; only the
+        Python work per call is cut. With ``out`` (``x`` itself for ``allreduce_``) the result
+        is written there.
+
+        Raises:
+            UnavailableError: An earlier collective failed (as `Envelope.begin`).
         """
         spec = _SMALL_OPS.get(op)
-        dtype = x.dtype
-        dcode = _FAST_CODES.get(dtype)
+        dcode = _FAST_CODES.get(x.dtype)
         shm = self._shm
-        env = self.env
-        if (
-            spec is None
-            or dcode is None
-            or x.nbytes > shm.direct_bytes
-            or env.broken is not None
-            or not x.flags.c_contiguous
-        ):
+        if spec is None or dcode is None or x.nbytes > shm.direct_bytes or not x.flags.c_contiguous:
             return None
         op, code, ufunc = spec
-        seq = env.seq = env.seq + 1
-        env.board.mine[0] = seq
+        env = self.env
+        deadline = env.begin(_ALLREDUCE, timeout, self._small_deadline)
+        seq = deadline.seq
         shape = x.shape
-        # With checks off every rank posts 0, so the comparison always passes.
-        print_ = hash((seq, _ALLREDUCE, code, dcode, 0, shape)) & _MASK if env.checks else 0
-        deadline = self._small_deadline
-        deadline.start, deadline.seq, deadline._warned = None, seq, False
-        deadline.timeout, deadline.header = timeout, None
+        # With the checks off no fingerprint is posted or compared, as on the general path.
+        print_ = fingerprint(seq, _ALLREDUCE, code, dcode, shape) if env.checks else None
         deadline.header_fn = header = lambda: Header(seq, _ALLREDUCE, code, dcode, shape)
         try:
             out = shm.allreduce_small(x, ufunc, print_, header, deadline, out)
@@ -131,7 +128,7 @@ class AllReduce:
         self, x: Any, op: ReduceOp | str, options: CommunicationOptions | None, in_place: bool
     ) -> Any:
         """All-reduce ``x`` (a new array, or ``x`` itself with ``in_place``)."""
-        opts = self.ctx.opts(options)
+        opts = self.state.opts(options)
         deadline = self.env.begin(_ALLREDUCE, opts.timeout)
         return self.env.guard(deadline, lambda: self._allreduce(x, op, opts, deadline, in_place))
 
@@ -206,7 +203,7 @@ class AllReduce:
             if compress:
                 backend = backends.compressed(backend, compress)
             fused = (
-                backend is self._shm and self.ctx.num_nodes == 1 and self.size > 1 and env.checks
+                backend is self._shm and self.state.num_nodes == 1 and self.size > 1 and env.checks
             )
             if not fused:
                 env.check(header, deadline)
@@ -259,7 +256,7 @@ class AllReduce:
         With ``in_place`` the results are written into ``xs`` (which are returned): writeable
         numpy or CuPy arrays (a staged CuPy array gets its result copied back) that share no memory.
         """
-        opts = self.ctx.opts(options)
+        opts = self.state.opts(options)
         env = self.env
         try:
             op = _OPS.get(op) or ReduceOp.parse(op)

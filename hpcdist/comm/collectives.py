@@ -25,8 +25,9 @@ from hpcdist.comm.arrays import (
     to_host,
     to_wire,
 )
-from hpcdist.comm.checks import KINDS, Deadline, Header, dtype_code
-from hpcdist.comm.context import Context, same
+from hpcdist.comm.checks import KINDS, Header, dtype_code
+from hpcdist.comm.collective_state import CollectiveState, same
+from hpcdist.comm.deadline import Deadline
 from hpcdist.comm.options import CommunicationOptions
 from hpcdist.comm.reduce_op import ReduceOp
 from hpcdist.utils.split import balanced_sizes
@@ -47,14 +48,14 @@ class Collectives:
     """The collectives of one communicator other than all-reduce.
 
     Args:
-        ctx: What the communicator's collectives share.
+        state: What the communicator's collectives share.
     """
 
-    def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
-        self.env = ctx.env
-        self.backends = ctx.backends
-        self.rank, self.size = ctx.rank, ctx.size
+    def __init__(self, state: CollectiveState) -> None:
+        self.state = state
+        self.env = state.env
+        self.backends = state.backends
+        self.rank, self.size = state.rank, state.size
 
     def _rows(self, mine: int, deadline: Any) -> np.ndarray:
         """Every rank's count ``mine``, exchanged over MPI."""
@@ -67,7 +68,7 @@ class Collectives:
         self, x: Any, root: int, options: CommunicationOptions | None, in_place: bool
     ) -> Any:
         """Rank ``root``'s ``x`` on every rank (written into ``x`` with ``in_place``)."""
-        opts = self.ctx.opts(options)
+        opts = self.state.opts(options)
         deadline = self.env.begin(KINDS["broadcast"], opts.timeout)
         return self.env.guard(deadline, lambda: self._broadcast(x, root, opts, in_place, deadline))
 
@@ -116,7 +117,7 @@ class Collectives:
 
     def allgather(self, x: Any, options: CommunicationOptions | None) -> Any:
         """Every rank's ``x`` concatenated along the first axis."""
-        opts = self.ctx.opts(options)
+        opts = self.state.opts(options)
         deadline = self.env.begin(KINDS["allgather"], opts.timeout)
         return self.env.guard(deadline, lambda: self._allgather(x, opts, deadline))
 
@@ -145,7 +146,7 @@ class Collectives:
         self, x: Any, op: ReduceOp | str, options: CommunicationOptions | None
     ) -> Any:
         """This rank's block of rows of the reduction of ``x`` over ranks."""
-        opts = self.ctx.opts(options)
+        opts = self.state.opts(options)
         deadline = self.env.begin(KINDS["reduce_scatter"], opts.timeout)
         return self.env.guard(deadline, lambda: self._reduce_scatter(x, op, opts, deadline))
 
@@ -181,7 +182,7 @@ class Collectives:
         self, x: Any, splits: Sequence[int] | None, options: CommunicationOptions | None
     ) -> Any:
         """Send ``splits[i]`` rows of ``x`` to rank ``i``; the rows received, by source rank."""
-        opts = self.ctx.opts(options)
+        opts = self.state.opts(options)
         deadline = self.env.begin(KINDS["alltoall"], opts.timeout)
         return self.env.guard(deadline, lambda: self._alltoall(x, splits, deadline))
 
@@ -228,7 +229,7 @@ class Collectives:
 
     def barrier(self, options: CommunicationOptions | None) -> None:
         """Wait until every rank arrives (checking that they all called `barrier`)."""
-        opts = self.ctx.opts(options)
+        opts = self.state.opts(options)
         deadline = self.env.begin(KINDS["barrier"], opts.timeout)
         header = Header(deadline.seq, KINDS["barrier"])
 
@@ -247,7 +248,7 @@ class Collectives:
         so that an object that cannot be pickled is an error on every rank; the bytes travel
         through the backends under the deadline, in rounds of at most 1 GiB per rank.
         """
-        opts = self.ctx.opts(options)
+        opts = self.state.opts(options)
         deadline = self.env.begin(KINDS[kind], opts.timeout)
         run = self._allgather_object if kind == "allgather_object" else self._broadcast_object
         return self.env.guard(deadline, functools.partial(run, obj, root, deadline))

@@ -33,8 +33,8 @@ from hpcdist import abort, timeline
 from hpcdist.cluster.topology import NodeLayout, node_layout, split_node
 from hpcdist.comm import lifetime
 from hpcdist.comm.allreduce import SHM_IMPLS, AllReduce
+from hpcdist.comm.collective_state import CollectiveState
 from hpcdist.comm.collectives import Collectives
-from hpcdist.comm.context import Context
 from hpcdist.comm.envelope import Envelope
 from hpcdist.comm.handles import Handle, Runner
 from hpcdist.comm.options import CommunicationOptions
@@ -80,16 +80,18 @@ class Communicator:
             self.settings.check_collectives,
             self.settings.stall_warning_seconds,
         )
-        ctx = Context(
+        state = CollectiveState(
             self._comm, self.layout, self.settings, self.options, self._env, self._backends
         )
-        self._reduce = AllReduce(ctx)
-        self._ops = Collectives(ctx)
+        self._reduce = AllReduce(state)
+        self._ops = Collectives(state)
         self._runner = Runner()
+        # bound once: the small-message path counts every lookup
         self._fast = self._reduce.fast
-        self._opts = ctx.opts  # bound once: the small-message path counts every lookup
+        self._opts = state.opts
         self._small = self._reduce.small
         self._pending = self._runner.pending
+        self._lock = self._runner.lock
         self._closed = False
         lifetime.register(self)
         if self.size > 1 and self.settings.abort_on_exception:
@@ -128,6 +130,11 @@ class Communicator:
         return self.layout.num_nodes
 
     @property
+    def backends(self) -> Backends:
+        """This communicator's backends and the rules that pick one (`available_backends`)."""
+        return self._backends
+
+    @property
     def mpi_comm(self) -> MPI.Intracomm:
         """Hpcdist's private duplicate of the communicator (do not use it for your traffic)."""
         return self._comm
@@ -158,13 +165,7 @@ class Communicator:
             DeadlineExceededError: Some ranks did not join within the deadline.
             TypeError: An op that the dtype does not support (every rank raises).
         """
-        if self._fast and type(x) is np.ndarray and not self._pending and not timeline._recorder:
-            opts = self._opts(options)
-            if opts.compression is None and opts.implementation in SHM_IMPLS:
-                result = self._small(x, op, opts.timeout)
-                if result is not None:
-                    return result
-        return self._runner.sync(self._reduce.allreduce, x, op, options, False)
+        return self._allreduce(x, op, options, False)
 
     def allreduce_(
         self,
@@ -173,19 +174,32 @@ class Communicator:
         options: CommunicationOptions | None = None,
     ) -> np.ndarray:
         """Reduce ``x`` in place over all ranks and return it."""
+        return self._allreduce(x, op, options, True)
+
+    def _allreduce(
+        self, x: Any, op: ReduceOp | str, options: CommunicationOptions | None, in_place: bool
+    ) -> Any:
+        """`allreduce` and `allreduce_`: the small-message fast path, else the general path.
+
+        The fast path (`AllReduce.small`) runs as `Runner.sync` would run it: only with no
+        async collective pending (else ``sync`` waits for them first) and no timeline recording
+        (``sync`` records), and holding the runner's lock, so that no async collective of
+        another thread runs at the same time.
+        """
         if (
             self._fast
             and type(x) is np.ndarray
             and not self._pending
-            and x.flags.writeable
-            and not timeline._recorder
+            and (not in_place or x.flags.writeable)
+            and not timeline.active()
         ):
             opts = self._opts(options)
             if opts.compression is None and opts.implementation in SHM_IMPLS:
-                result = self._small(x, op, opts.timeout, out=x)
+                with self._lock:
+                    result = self._small(x, op, opts.timeout, x if in_place else None)
                 if result is not None:
                     return result
-        return self._runner.sync(self._reduce.allreduce, x, op, options, True)
+        return self._runner.sync(self._reduce.allreduce, x, op, options, in_place)
 
     def allreduce_async(
         self, x: Any, op: ReduceOp | str = ReduceOp.SUM, options: CommunicationOptions | None = None

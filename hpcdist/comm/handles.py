@@ -4,6 +4,12 @@ Async collectives run in order on a single worker thread (MPI thread level ``mul
 otherwise they run at once, in the caller's thread). A synchronous collective first waits for
 the pending async ones, so every rank issues the same sequence. CUDA's current device is per
 thread: each async collective runs on its caller's.
+
+`Runner.lock` is held by every collective while it runs, whichever thread runs it: a
+communicator's state (sequence numbers, the envelope's stage, the shared-memory phase, the
+reused deadline of the small all-reduce) is changed by one collective at a time. Code that runs
+a collective without `Runner.sync` (the small all-reduce of `hpcdist.comm.communicator`) must
+do what it does: nothing pending (else `sync`), then hold ``lock``.
 """
 
 from __future__ import annotations
@@ -65,14 +71,14 @@ class Runner:
         if self.pending:
             self.drain()
         with self.lock:
-            if timeline._recorder is None:
+            if not timeline.active():
                 return fn(*args)
             return self._traced(fn, args)
 
     def start(self, fn: Callable[..., Any], *args: Any) -> Handle:
-        """Queue ``fn(*args)`` on the background thread (or run it now without one)."""
+        """Queue ``fn(*args)`` on the background thread (or run it now, as `sync`, without one)."""
         if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
-            return Handle(None, fn(*args))
+            return Handle(None, self.sync(fn, *args))
         if self._executor is None:
             self._executor = concurrent.futures.ThreadPoolExecutor(1, "hpcdist-comm")
         future = self._executor.submit(self._run, current_gpu(), fn, *args)
@@ -81,7 +87,7 @@ class Runner:
 
     def _run(self, device: str | None, fn: Callable[..., Any], *args: Any) -> Any:
         with self.lock, device_scope(device):
-            if timeline._recorder is None:
+            if not timeline.active():
                 return fn(*args)
             return self._traced(fn, args)
 

@@ -24,12 +24,14 @@ from mpi4py import MPI
 
 from hpcdist.comm.arrays import stage_to_host
 from hpcdist.comm.backend import Backend, DelegatingBackend, unsupported_codec
-from hpcdist.comm.checks import Deadline, Header, verify_headers
+from hpcdist.comm.checks import Header, verify_headers
 from hpcdist.comm.compression import Codec, get_codec
 from hpcdist.comm.cuda_mpi import CudaAwareMpiBackend, StagedMpiBackend
+from hpcdist.comm.deadline import Deadline
 from hpcdist.comm.mpi_backend import wait_request
 from hpcdist.comm.reduce_op import ReduceOp
 from hpcdist.errors import ClusterConfigError, UnavailableError
+from hpcdist.logger import get_logger
 from hpcdist.utils.xp import array_module, import_cupy
 
 __all__ = [
@@ -75,15 +77,30 @@ def nccl_dtype(dtype: np.dtype) -> int | None:
 
 @functools.cache
 def nccl_available() -> bool:
-    """Whether CuPy is installed and its NCCL bindings load (no GPU needed to answer)."""
+    """Whether CuPy is installed and its NCCL bindings load (no GPU needed to answer).
+
+    Where CuPy is installed but NCCL does not load (CuPy without NCCL, or a broken install),
+    CuPy arrays are staged through host memory instead of staying on the GPU: that is said
+    once per process, at warning level, with the reason.
+    """
     if importlib.util.find_spec("cupy") is None:
         return False
     try:
         from cupy.cuda import nccl
 
-        return bool(nccl.available)
-    except Exception:  # CuPy without NCCL, or a broken install
-        return False
+        if nccl.available:
+            return True
+        why = "cupy.cuda.nccl.available is False (CuPy found no usable NCCL library)"
+    except Exception as exc:  # CuPy without NCCL, or a broken install
+        why = f"importing cupy.cuda.nccl raised {type(exc).__name__}: {exc}"
+    get_logger().warning(
+        "NCCL cannot be loaded (%s): collectives of CuPy arrays are staged through host "
+        "memory instead (all-reduces use CUDA-aware MPI where HPCDIST_CUDA_AWARE_MPI=1), and "
+        "implementation='nccl' raises UnavailableError. Install CuPy with NCCL for this CUDA "
+        "version (pip install 'hpcdist[gpu]')",
+        why,
+    )
+    return False
 
 
 def float32_to_bf16(x: Any) -> Any:
@@ -154,7 +171,8 @@ class NcclBackend(DelegatingBackend):
             seen[gpu] = r
         uid = nccl.get_unique_id() if rank == 0 else None
         uid = comm.bcast(uid, root=0)
-        self._cupy = cupy
+        #: The CuPy module (imported at construction, never at import time).
+        self.cupy = cupy
         self._nccl = nccl
         with cupy.cuda.Device(self.device):
             self.communicator = nccl.NcclCommunicator(comm.Get_size(), uid, rank)
@@ -163,7 +181,7 @@ class NcclBackend(DelegatingBackend):
     # -- helpers ------------------------------------------------------------------------------
 
     def _stream(self) -> Any:
-        return self._cupy.cuda.get_current_stream()
+        return self.cupy.cuda.get_current_stream()
 
     def check_device(self, *arrays: Any) -> None:
         """Raise `ValueError` unless every array is on this backend's GPU."""
@@ -178,7 +196,7 @@ class NcclBackend(DelegatingBackend):
         """Wait for the enqueued operation only when a deadline applies (else stay async)."""
         if deadline.timeout is None:
             return
-        event = self._cupy.cuda.Event(block=False, disable_timing=True)
+        event = self.cupy.cuda.Event(block=False, disable_timing=True)
         event.record(stream)
         try:
             deadline.wait(lambda: event.done)
@@ -216,7 +234,7 @@ class NcclBackend(DelegatingBackend):
             verify_headers(self.comm, header, deadline, self.ranks)
         self.check_device(src, dst)
         stream = self._stream()
-        with self._cupy.cuda.Device(self.device):
+        with self.cupy.cuda.Device(self.device):
             self.communicator.allReduce(
                 src.data.ptr,
                 dst.data.ptr,
@@ -233,7 +251,7 @@ class NcclBackend(DelegatingBackend):
             verify_headers(self.comm, header, deadline, self.ranks)
         self.check_device(buf)
         stream = self._stream()
-        with self._cupy.cuda.Device(self.device):
+        with self.cupy.cuda.Device(self.device):
             self.communicator.bcast(
                 buf.data.ptr, buf.nbytes, self._code(np.dtype(np.uint8)), root, stream.ptr
             )
@@ -259,7 +277,7 @@ class NcclBackend(DelegatingBackend):
             send[: src.size] = src
         recv = dst if even else xp.empty(size * most, dtype=src.dtype)
         stream = self._stream()
-        with self._cupy.cuda.Device(self.device):
+        with self.cupy.cuda.Device(self.device):
             self.communicator.allGather(
                 send.data.ptr, recv.data.ptr, send.nbytes, _NCCL_DTYPES["B"], stream.ptr
             )
@@ -295,7 +313,7 @@ class NcclBackend(DelegatingBackend):
         mine = counts[self.comm.Get_rank()]
         out = dst if mine == most else xp.empty(most, dtype=src.dtype)
         stream = self._stream()
-        with self._cupy.cuda.Device(self.device):
+        with self.cupy.cuda.Device(self.device):
             self.communicator.reduceScatter(
                 padded.data.ptr,
                 out.data.ptr,
@@ -372,7 +390,7 @@ class HierarchicalNcclBackend(DelegatingBackend):
             verify_headers(self.comm, header, deadline)
         self.node.allreduce(src, dst, op, None, deadline, codec)
         if self.leader_comm != MPI.COMM_NULL and self.leader_comm.Get_size() > 1:
-            cupy = self.node._cupy
+            cupy = self.node.cupy
             # MPI has no 16-bit floats: the node sums cross the network as float32.
             wide = dst if codec is None else codec.decode(dst, np.float32)
             if self.cuda_aware:

@@ -37,4 +37,4 @@ def available_backends(comm: Communicator, gpu: bool | None = None) -> dict[str,
         device = parse_gpu(current_gpu())
     if gpu and device is None:
         raise ValueError(f"rank {comm.rank}: gpu=True but CuPy sees no GPU on this rank")
-    return comm._backends.available(device)
+    return comm.backends.available(device)

@@ -41,14 +41,15 @@ import numpy as np
 from mpi4py import MPI
 
 from hpcdist.comm.backend import HOST_DTYPES, DelegatingBackend, unsupported_codec
-from hpcdist.comm.checks import HEADER_WORDS, Deadline, Header, mismatch_error
+from hpcdist.comm.checks import HEADER_WORDS, Header, mismatch_error
+from hpcdist.comm.deadline import Deadline
 from hpcdist.comm.mpi_backend import MpiBackend
 from hpcdist.comm.reduce_op import ReduceOp
 
 if TYPE_CHECKING:
     from hpcdist.comm.compression import Codec
 
-__all__ = ["ShmBackend"]
+__all__ = ["ShmBackend", "reduce_in_rank_order"]
 
 _LINE = 64
 #: Largest message every rank reduces whole, after one barrier. With two ranks that beats the
@@ -122,34 +123,44 @@ class ShmBackend(DelegatingBackend):
 
     # -- synchronisation ---------------------------------------------------------------------
 
-    def _barrier(self, deadline: Deadline) -> None:
-        self.phase += 1
-        phase = self.phase
+    def _meet(self, print_: int | None, deadline: Deadline) -> bool:
+        """One phase of the barrier, carrying this rank's header fingerprint ``print_``.
+
+        The rank writes ``print_`` (None: none) and its flag, waits until every rank's flag has
+        reached the phase, then compares the fingerprints the others posted in it.
+
+        Returns:
+            Whether another rank posted a different fingerprint (never without ``print_``).
+        """
+        me = self.me
+        self.phase = phase = self.phase + 1
         flags = self.flags
+        if print_ is not None:
+            prints = self.prints[phase & 1]
+            prints[me] = print_
         self.win.Sync()
-        flags[self.me] = phase
+        flags[me] = phase
         for r in self.others:
             if flags[r] < phase:
                 deadline.wait(lambda r=r: flags[r] >= phase)
         self.win.Sync()
+        if print_ is not None:
+            for r in self.others:
+                if prints[r] != print_:
+                    return True
+        return False
 
-    def _post_header(self, header: Header | None) -> None:
-        if header is not None:
-            self.prints[(self.phase + 1) & 1][self.me] = header.fingerprint()
-
-    def _check_headers(self, header: Header | None, deadline: Deadline) -> None:
+    def _meet_checked(self, header: Header | None, deadline: Deadline) -> None:
+        """One phase of the barrier with the header check (``header`` None: without)."""
         if header is None:
-            return
-        prints = self.prints[self.phase & 1]
-        mine = prints[self.me]
-        for r in self.others:
-            if prints[r] != mine:
-                self._raise_mismatch(header, deadline)
+            self._meet(None, deadline)
+        elif self._meet(header.fingerprint(), deadline):
+            self._raise_mismatch(header, deadline)
 
     def _raise_mismatch(self, header: Header, deadline: Deadline) -> None:
         """Every rank saw the fingerprints differ: exchange full headers, raise everywhere."""
         self.headers[(self.phase + 1) & 1, self.me] = header.words
-        self._barrier(deadline)
+        self._meet(None, deadline)
         raise mismatch_error(self.headers[self.phase & 1].copy(), self.ranks)
 
     def typed_slots(self, b: int, dtype: np.dtype, count: int) -> list[np.ndarray]:
@@ -168,45 +179,34 @@ class ShmBackend(DelegatingBackend):
         self,
         x: np.ndarray,
         ufunc: np.ufunc,
-        print_: int,
+        print_: int | None,
         header: Callable[[], Header],
         deadline: Deadline,
         out: np.ndarray | None = None,
     ) -> np.ndarray:
         """Hot path: reduce a contiguous array of at most ``direct_bytes`` into a new array.
 
+        The protocol of `allreduce` with a header (`_allreduce_direct`), with the header's
+        fingerprint computed by the caller and the full header built only for a mismatch.
+
         Args:
             x: The input (contiguous, on every rank the same size if the check passes).
             ufunc: The reduction.
-            print_: Fingerprint of this rank's header.
+            print_: Fingerprint of this rank's header; None when headers are not compared.
             header: Builds the full header, called only to describe a mismatch.
             deadline: Bounds the wait.
             out: Where to write the result (may be ``x``); a new array by default.
         """
         b = (self.phase + 1) & 1
         me = self.me
-        prints = self.prints[b]
-        prints[me] = print_
         views = self._views.get((b, x.dtype.char, x.size))
         if views is None:
             views = self.typed_slots(b, x.dtype, x.size)
         np.copyto(views[me], x if x.ndim == 1 else x.reshape(-1))
-        # self._barrier(deadline), inlined: this is the latency-critical path.
-        self.phase = phase = self.phase + 1
-        flags = self.flags
-        self.win.Sync()
-        flags[me] = phase
-        for r in self.others:
-            if flags[r] < phase:
-                deadline.wait(lambda r=r: flags[r] >= phase)
-        self.win.Sync()
-        for r in self.others:
-            if prints[r] != print_:
-                self._raise_mismatch(header(), deadline)
+        if self._meet(print_, deadline):
+            self._raise_mismatch(header(), deadline)
         result = np.empty_like(views[me]) if out is None else out.reshape(-1)
-        ufunc(views[0], views[1], out=result)
-        for r in range(2, self.n):
-            ufunc(result, views[r], out=result)
+        reduce_in_rank_order(ufunc, views, result)
         if out is not None:
             return out
         return result if x.ndim == 1 else result.reshape(x.shape)
@@ -243,17 +243,11 @@ class ShmBackend(DelegatingBackend):
     ) -> None:
         dtype = src.dtype
         b = (self.phase + 1) % 2
-        self._post_header(header)
         self.typed_slots(b, dtype, src.size)[self.me][:] = src
-        self._barrier(deadline)
-        self._check_headers(header, deadline)
+        self._meet_checked(header, deadline)
         if src.size == 0:
             return
-        views = self.typed_slots(b, dtype, src.size)
-        ufunc = op.ufunc
-        ufunc(views[0], views[1], out=dst)
-        for r in range(2, self.n):
-            ufunc(dst, views[r], out=dst)
+        reduce_in_rank_order(op.ufunc, self.typed_slots(b, dtype, src.size), dst)
 
     def allreduce_gather(
         self,
@@ -318,14 +312,10 @@ class ShmBackend(DelegatingBackend):
             share = -(-m // n)
             s, e = min(m, me * share), min(m, (me + 1) * share)
             b = (self.phase + 1) & 1
-            if lo == 0:
-                self._post_header(header)
             slots = [self.slots[b, r, : m * itemsize].view(dtype) for r in range(n)]
             members.copy(slots[me][:s], lo, lo + s)
             members.copy(slots[me][e:], lo + e, hi)
-            self._barrier(deadline)
-            if lo == 0:
-                self._check_headers(header, deadline)
+            self._meet_checked(header if lo == 0 else None, deadline)
             if pending is not None:
                 self._copy_others(members, dst, *pending)
             mine = self.result[b, : m * itemsize].view(dtype)
@@ -339,14 +329,12 @@ class ShmBackend(DelegatingBackend):
                     out = dst[at : at + size]
                 else:
                     out = x if into_members else mine[k : k + size]
-                if n == 2:  # rank order without building the operand list
+                if n == 2:  # without building the operand list
                     y = slots[1 - me][k : k + size]
-                    ufunc(*((x, y) if me == 0 else (y, x)), out=out)
-                    continue
-                ops = [x if r == me else slots[r][k : k + size] for r in range(n)]
-                ufunc(ops[0], ops[1], out=out)
-                for r in range(2, n):
-                    ufunc(out, ops[r], out=out)
+                    ops: Sequence[np.ndarray] = (x, y) if me == 0 else (y, x)
+                else:
+                    ops = [x if r == me else slots[r][k : k + size] for r in range(n)]
+                reduce_in_rank_order(ufunc, ops, out)
             if e > s:
                 if into_members:
                     members.copy(mine[s:e], lo + s, lo + e)
@@ -355,7 +343,7 @@ class ShmBackend(DelegatingBackend):
                 else:
                     mine[s:e] = dst[lo + s : lo + e]
             pending = (b, lo, hi, s, e)
-        self._barrier(deadline)
+        self._meet(None, deadline)
         if pending is not None:
             self._copy_others(members, dst, *pending)
 
@@ -388,27 +376,38 @@ class ShmBackend(DelegatingBackend):
         for lo in range(0, max(count, 1), per_chunk):
             hi = min(count, lo + per_chunk)
             b = (self.phase + 1) % 2
-            if lo == 0:
-                self._post_header(header)
             if self.me == root:
                 self.slots[b, root, : (hi - lo) * itemsize].view(dtype)[:] = buf[lo:hi]
-            self._barrier(deadline)
-            if lo == 0:
-                self._check_headers(header, deadline)
+            self._meet_checked(header if lo == 0 else None, deadline)
             if self.me != root:
                 buf[lo:hi] = self.slots[b, root, : (hi - lo) * itemsize].view(dtype)
 
     def barrier(self, header: Header | None, deadline: Deadline) -> None:
         """One phase of the segment's barrier (with the header check)."""
-        self._post_header(header)
-        self._barrier(deadline)
-        self._check_headers(header, deadline)
+        self._meet_checked(header, deadline)
 
     def close(self) -> None:
         """Release the segment (collective)."""
         if self.win != MPI.WIN_NULL:
             self.win.Unlock_all()
             self.win.Free()
+
+
+def reduce_in_rank_order(ufunc: np.ufunc, operands: Sequence[np.ndarray], out: np.ndarray) -> None:
+    """``out = operands[0] op operands[1] op ...``, folded left in rank order.
+
+    Every rank reduces in the same order, so all of them get bitwise-identical results (floating
+    point addition is not associative). ``out`` may be ``operands[0]`` or ``operands[1]`` (both
+    are read before ``out`` is written), never a later one.
+
+    Args:
+        ufunc: The reduction.
+        operands: One array per rank (at least two), in rank order.
+        out: The result.
+    """
+    ufunc(operands[0], operands[1], out=out)
+    for r in range(2, len(operands)):
+        ufunc(out, operands[r], out=out)
 
 
 class _Members:

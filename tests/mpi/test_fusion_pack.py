@@ -85,7 +85,7 @@ def test_a_layout_mismatch_raises_everywhere_and_the_next_call_works(comm) -> No
 
 
 def test_gathered_only_on_one_node_through_shared_memory(comm) -> None:
-    gathers = comm._backends.gathers
+    gathers = comm.backends.gathers
     auto, f32 = hd.CommunicationImplementation.AUTO, np.dtype(np.float32)
     one_node = comm.num_nodes == 1
     assert gathers(f32, 1 << 20, auto, None) is one_node

@@ -1,4 +1,4 @@
-"""What every collective of one communicator shares: group, envelope, backends, options.
+"""What every collective of one communicator shares: group, envelope, backends, resolved options.
 
 Options are resolved once per options object: the call's options over the communicator's, then
 the library settings for whatever is still unset.
@@ -16,7 +16,7 @@ from hpcdist.comm.options import CommunicationImplementation, CommunicationOptio
 from hpcdist.comm.selection import Backends
 from hpcdist.settings import Settings
 
-__all__ = ["Context", "Resolved", "same"]
+__all__ = ["CollectiveState", "Resolved", "same"]
 
 
 class Resolved(NamedTuple):
@@ -33,8 +33,8 @@ def same(a: Any) -> Any:
     return a
 
 
-class Context:
-    """The state a communicator's collectives share.
+class CollectiveState:
+    """The state a communicator's collectives share (one object per communicator).
 
     Args:
         comm: The library's communicator.
