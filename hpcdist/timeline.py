@@ -15,7 +15,7 @@ At `stop` (collective: every rank calls it) or at the end of the program, the ev
 gathered on rank 0 and written as one Chrome trace-event JSON file (``{"traceEvents": [...]}``,
 one process track per rank, timestamps in microseconds on rank 0's clock), which Perfetto and
 chrome://tracing read. ``hpcdist timeline trace.json`` summarises it
-(`hpcdist.timeline_summary`).
+(`hpcdist.cli.timeline_summary`).
 """
 
 from __future__ import annotations
@@ -29,14 +29,16 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from mpi4py import MPI
-
+from hpcdist.cluster.gather import gather_with_clocks
 from hpcdist.settings import get_settings
 
 __all__ = [
     "ENV_VARIABLE",
     "MAX_EVENTS",
     "active",
+    "new_channel",
+    "next_sequence",
+    "now",
     "record",
     "span",
     "start",
@@ -68,7 +70,12 @@ class _Recorder:
 
 
 def active() -> bool:
-    """Whether this process is recording."""
+    """Whether this process is recording (the public test for every other module).
+
+    One global read and a call: cheap enough for a collective's fast path. Code that records
+    only when recording (a timestamp taken before a call, a gate around a fast path) asks
+    here instead of reading the module's state.
+    """
     return _recorder is not None
 
 
@@ -160,17 +167,12 @@ def stop() -> str | None:
 
 def _gather(rec: _Recorder) -> dict[str, Any] | None:
     """Every rank's events on rank 0, on rank 0's clock, as a trace-event document."""
-    comm = MPI.COMM_WORLD.Dup()
-    try:
-        comm.Barrier()
-        mark = now()
-        marks = comm.gather(mark, root=0)
-        payload = (rec.events, rec.dropped, os.uname().nodename, os.getpid())
-        everything = comm.gather(payload, root=0)
-    finally:
-        comm.Free()
-    if everything is None:
+    payload = (rec.events, rec.dropped, os.uname().nodename, os.getpid())
+    gathered = gather_with_clocks(payload, now)
+    if gathered is None:
         return None
+    marks = [mark for mark, _ in gathered]
+    everything = [entry for _, entry in gathered]
     events: list[dict[str, Any]] = []
     for rank, (rank_events, dropped, host, pid) in enumerate(everything):
         offset = marks[0] - marks[rank]  # barrier exit taken as simultaneous

@@ -21,14 +21,15 @@ import numpy as np
 
 from hpcdist import timeline
 from hpcdist.checkpoint.collective import agree, checkpoint_communicator, is_checkpoint_chief
+from hpcdist.checkpoint.deferred import CheckpointLoadStatus, DeferredValues, defer_until_built
 from hpcdist.checkpoint.format import CheckpointMismatchError, read_arrays, write_arrays
 from hpcdist.checkpoint.graph import collect, describe_unsupported, match_values
 from hpcdist.checkpoint.state import read_state, write_state
 from hpcdist.core import context
 from hpcdist.core.trackable import SlicedValue, is_checkpointable
-from hpcdist.log import get_logger
+from hpcdist.logger import get_logger
 
-__all__ = ["Checkpoint", "CheckpointLoadStatus", "CheckpointOptions"]
+__all__ = ["Checkpoint", "CheckpointLoadStatus", "CheckpointOptions", "WriteOutcome"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,58 +44,18 @@ class CheckpointOptions:
     experimental_enable_async_checkpoint: bool = False
 
 
-@dataclasses.dataclass
-class _Deferred:
-    """Values of a restore that wait for their variables (``path`` is the file they are from)."""
-
-    path: str
-    values: dict[str, np.ndarray]
-
-
-class CheckpointLoadStatus:
-    """What a restore matched (TF's load status).
+@dataclasses.dataclass(frozen=True)
+class WriteOutcome:
+    """What `Checkpoint.write_with_outcome` did on this rank.
 
     Attributes:
-        path: The file read.
-        missing: Object paths that had no value in the file.
+        path: The checkpoint file (``file_prefix + ".h5"``).
+        written_here: Whether this rank wrote a file (the chief, and a rank whose path differs
+            from the chief's); the others only took part in the collective steps.
     """
 
-    def __init__(self, path: str, missing: list[str], deferred: _Deferred) -> None:
-        self.path, self.missing = path, missing
-        self._deferred = deferred
-
-    @property
-    def unused(self) -> list[str]:
-        """Values in the file that no object took yet (deferred values leave once restored)."""
-        return sorted(self._deferred.values)
-
-    def assert_consumed(self) -> CheckpointLoadStatus:
-        """Every value was used and every object restored.
-
-        Raises:
-            AssertionError: Names what was left over on either side.
-        """
-        unused = self.unused
-        if self.missing or unused:
-            raise AssertionError(
-                f"checkpoint {self.path!r} did not match: objects without a value {self.missing}; "
-                f"values without an object {unused}"
-            )
-        return self
-
-    def assert_existing_objects_matched(self) -> CheckpointLoadStatus:
-        """Every object got a value (values left over in the file are fine).
-
-        Raises:
-            AssertionError: Names the objects without a value.
-        """
-        if self.missing:
-            raise AssertionError(f"checkpoint {self.path!r} has no value for {self.missing}")
-        return self
-
-    def expect_partial(self) -> CheckpointLoadStatus:
-        """Silence the warning about a partial match."""
-        return self
+    path: str
+    written_here: bool
 
 
 class Checkpoint:
@@ -122,12 +83,28 @@ class Checkpoint:
         )
         self._pending: concurrent.futures.Future | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
-        self._deferred: _Deferred | None = None
+        self._deferred: DeferredValues | None = None
         # host copies of an asynchronous save, refilled by the next one (TF keeps its copies
         # too): touching fresh memory costs more than the copy on these machines
         self._host_copies: dict[str, np.ndarray] = {}
 
     # -- object graph -------------------------------------------------------------------------
+
+    def track(self, name: str, obj: Any) -> None:
+        """Add ``obj`` to the saved objects under ``name`` (TF: assigning an attribute).
+
+        An object already tracked under ``name`` is replaced, as TF's attribute assignment
+        replaces a dependency. `PreemptionCheckpointHandler` adds its run counter this way.
+
+        Raises:
+            ValueError: ``name`` is ``save_counter`` (reserved), or ``obj`` cannot be
+                checkpointed.
+        """
+        if name == "save_counter":
+            raise ValueError("'save_counter' is reserved")
+        if not is_checkpointable(obj):
+            raise ValueError(describe_unsupported(name, obj))
+        self._trackables[name] = obj
 
     def _roots(self) -> dict[str, Any]:
         return {"save_counter": self.save_counter, **self._trackables}
@@ -166,6 +143,33 @@ class Checkpoint:
                 written; raised on every rank, with the errno.
         """
         return self._write(file_prefix, options)[0]
+
+    def write_with_outcome(
+        self, file_prefix: str, options: CheckpointOptions | None = None
+    ) -> WriteOutcome:
+        """`write`, also saying whether this rank wrote a file (collective, as `write`).
+
+        For code that keeps files beside the checkpoint (`CheckpointManager`'s state file):
+        only a rank that wrote the checkpoint writes its companions, after `after_write`.
+
+        Raises:
+            CheckpointWriteError: As `write`.
+        """
+        return WriteOutcome(*self._write(file_prefix, options))
+
+    def after_write(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` once this rank's last write is complete.
+
+        After an asynchronous write, ``fn`` runs on the writer thread once the file is
+        complete; it becomes part of that write: `sync` (and the next save, write or restore)
+        waits for it and raises its error. Otherwise ``fn`` runs now, in this thread, and its
+        error is raised here. Not collective.
+        """
+        pending = self._pending
+        if pending is None or self._executor is None:
+            fn()
+            return
+        self._pending = self._executor.submit(_then, pending, fn)
 
     def _write(
         self,
@@ -302,7 +306,7 @@ class Checkpoint:
         with timeline.span("checkpoint", "assign"):
             for var, value in match.assignments:
                 var.assign(value, read_value=False)
-        deferred = _Deferred(  # kept past this call: copies, not views of the mapped file
+        deferred = DeferredValues(  # kept past this call: copies, not views of the mapped file
             path,
             {
                 p: _owned(arrays[p])
@@ -312,7 +316,7 @@ class Checkpoint:
         )
         self._deferred = deferred
         if deferred.values:
-            self._defer_until_built(deferred)
+            defer_until_built(self._trackables, deferred, self._apply_deferred)
         status = CheckpointLoadStatus(path, match.missing, deferred)
         if match.missing or match.unused:
             get_logger().debug(
@@ -321,36 +325,6 @@ class Checkpoint:
         return status
 
     # -- deferred restore ---------------------------------------------------------------------
-
-    def _defer_until_built(self, deferred: _Deferred) -> None:
-        """Restore values of objects not built yet when they build (TF's deferred restore).
-
-        A root object that has values waiting, ``built`` False and a ``build`` method (a model
-        or layer before its first call) gets its ``build`` wrapped, on the instance only: once
-        the original returns, every waiting value whose variable now exists is assigned (the
-        optimizer's slots of the new variables included), and the wrapper removes itself.
-        """
-        for name, obj in self._trackables.items():
-            if not any(p.startswith(f"{name}/") for p in deferred.values):
-                continue
-            if getattr(obj, "built", True) or not callable(getattr(obj, "build", None)):
-                continue
-            if getattr(obj.build, "_hpcdist_deferred", False):
-                continue  # wrapped by an earlier restore: it restores the newest values
-            original = obj.build
-
-            def build(*args: Any, _obj: Any = obj, _original: Any = original, **kwargs: Any):
-                try:
-                    return _original(*args, **kwargs)
-                finally:
-                    _obj.__dict__.pop("build", None)
-                    self._apply_deferred()
-
-            build._hpcdist_deferred = True  # type: ignore[attr-defined]
-            try:
-                obj.build = build
-            except (AttributeError, TypeError):  # __slots__ or a read-only attribute
-                continue
 
     def _apply_deferred(self) -> None:
         """Assign the waiting values whose variables exist now (built objects, new slots).
@@ -393,6 +367,12 @@ class Checkpoint:
             primaries = [graph.variables[t] for t in targets if t in graph.variables]
             if primaries or any(k.startswith(f"{name}/") for k in arrays):
                 holder.build_checkpoint_slots(primaries)
+
+
+def _then(write: concurrent.futures.Future, fn: Callable[[], None]) -> None:
+    """Wait for ``write`` (raising its error), then run ``fn`` (on the writer thread)."""
+    write.result()
+    fn()
 
 
 def _writes_here(comm: Any, path: str) -> bool:

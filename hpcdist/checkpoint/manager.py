@@ -18,7 +18,7 @@ from hpcdist.checkpoint.checkpoint import Checkpoint, CheckpointOptions
 from hpcdist.checkpoint.collective import agree, checkpoint_communicator
 from hpcdist.checkpoint.format import CheckpointCorruptError
 from hpcdist.checkpoint.state import STATE_FILE, read_state, write_state
-from hpcdist.log import get_logger
+from hpcdist.logger import get_logger
 
 __all__ = ["STATE_FILE", "CheckpointManager"]
 
@@ -163,24 +163,22 @@ class CheckpointManager:
         if checkpoint_number is None:
             checkpoint_number = int(ckpt.save_counter.numpy())
         prefix = os.path.join(self.directory, f"{self.checkpoint_name}-{checkpoint_number}")
-        # raises on every rank if the chief could not write; `writer`: this rank wrote a file
-        path, writer = ckpt._write(prefix, options)
+        # raises on every rank if the chief could not write
+        outcome = ckpt.write_with_outcome(prefix, options)
+        path = outcome.path
         if self.checkpoint_interval is not None:
             self._last_saved_step = step
         kept = (list(self._entries), self._last_preserved)
         self._entries = [(p, t) for p, t in self._entries if p != path] + [(path, time.time())]
         comm = checkpoint_communicator()
         error = None
-        if writer:
-            if options is not None and options.experimental_enable_async_checkpoint:
-                # After the file on the same writer thread: the state names complete files only.
-                ckpt._pending = ckpt._executor.submit(self._finish_after, ckpt._pending)
-            else:
-                try:
-                    self._write_state(self._swept())
-                    self._sweep()
-                except Exception as exc:  # every rank must learn of it: agreed below
-                    error = exc
+        if outcome.written_here:
+            # After an asynchronous file, on the same writer thread: the state names complete
+            # files only. After a synchronous one, now.
+            try:
+                ckpt.after_write(self._record_and_sweep)
+            except Exception as exc:  # every rank must learn of it: agreed below
+                error = exc
         else:
             self._sweep(delete=False)
         try:
@@ -190,8 +188,8 @@ class CheckpointManager:
             raise
         return path
 
-    def _finish_after(self, write: Any) -> None:
-        write.result()
+    def _record_and_sweep(self) -> None:
+        """Write the state file with the retention rules applied, then delete what left."""
         self._write_state(self._swept())
         self._sweep()
 

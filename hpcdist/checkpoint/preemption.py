@@ -26,7 +26,7 @@ import numpy as np
 from hpcdist.checkpoint.collective import checkpoint_communicator, is_checkpoint_chief
 from hpcdist.checkpoint.manager import CheckpointManager
 from hpcdist.core import context
-from hpcdist.log import get_logger
+from hpcdist.logger import get_logger
 
 __all__ = ["PREEMPTION_EXIT_CODE", "PreemptionCheckpointHandler"]
 
@@ -59,7 +59,7 @@ class PreemptionCheckpointHandler:
         self._counter = context.get_strategy().Variable(
             np.int64(0), name="run_counter", trainable=False
         )
-        ckpt._trackables["_preemption_run_counter"] = self._counter
+        ckpt.track("_preemption_run_counter", self._counter)
         self._previous = {sig: signal.signal(sig, self._on_signal) for sig in signals}
         restored = checkpoint_manager.restore_or_initialize()
         if restored:

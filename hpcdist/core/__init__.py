@@ -1,14 +1,16 @@
 """The core types every strategy and model shares.
 
-Autodiff (`Tensor`, `GradientTape`, `IndexedSlices`) with its differentiable operations
+Tensors (`tensors`: `Tensor`, `IndexedSlices`, and `constant` by TF's dtype rule: float32 for
+Python floats), autodiff (`autodiff`: `GradientTape`) with its differentiable operations
 (`math_ops`, registered as the operators of tensors and variables), the base `Variable` with its
 enums and storage, the strategy context (which strategy and replica are current), and the
 checkpoint protocol (`trackable`) that objects implement to be saved. It imports nothing above
 the foundation: no communication, no strategy, no model.
 """
 
-from hpcdist.core import autodiff, context, math_ops, trackable, variables
-from hpcdist.core.autodiff import GradientTape, IndexedSlices, Tensor, constant
+from hpcdist.core import autodiff, context, math_ops, tensors, trackable, variables
+from hpcdist.core.autodiff import GradientTape
+from hpcdist.core.tensors import IndexedSlices, Tensor, constant, convert_to_tensor
 from hpcdist.core.trackable import (
     CheckpointVariable,
     SlicedValue,
@@ -41,7 +43,9 @@ __all__ = [
     "autodiff",
     "constant",
     "context",
+    "convert_to_tensor",
     "math_ops",
+    "tensors",
     "trackable",
     "variables",
 ]

@@ -1,10 +1,10 @@
-"""Reverse-mode automatic differentiation on numpy arrays: `Tensor` and `GradientTape`.
+"""Reverse-mode automatic differentiation on numpy arrays: `GradientTape`.
 
 While a `GradientTape` is active, every operation on a `Tensor` that depends on a watched
 source (a trainable variable read under the tape, or a tensor passed to `tape.watch`) records
 its inputs and a backward function on the result. `tape.gradient(target, sources)` walks that
 graph once in reverse topological order. Without an active tape nothing is recorded, so
-inference costs plain numpy.
+inference costs plain numpy. The tensor types themselves live in `hpcdist.core.tensors`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,19 @@ from typing import Any
 
 import numpy as np
 
-from hpcdist.utils.rows import sum_rows
-from hpcdist.utils.xp import array_module, as_array_like, is_device_array, scatter_add, to_numpy
+from hpcdist.core.tensors import (
+    IndexedSlices,
+    Operators,
+    RowsOf,
+    Tensor,
+    as_tensor,
+    register_operator,
+    register_tensor_conversion,
+)
+from hpcdist.utils.xp import array_module, as_array_like
 
+# `Tensor`, `IndexedSlices`, `Operators`, `RowsOf`, `as_tensor` and the two registration
+# functions are defined in `hpcdist.core.tensors`; they stay importable from here.
 __all__ = [
     "GradientTape",
     "IndexedSlices",
@@ -25,7 +35,6 @@ __all__ = [
     "RowsOf",
     "Tensor",
     "as_tensor",
-    "constant",
     "record",
     "recording",
     "register_operator",
@@ -48,257 +57,6 @@ def recording() -> bool:
     return bool(_state.tapes)
 
 
-_operators: dict[str, Callable[..., Any]] = {}
-
-
-def register_operator(name: str, fn: Callable[..., Any]) -> None:
-    """Implement operator ``name`` (``"add"``, ``"matmul"``, ``"getitem"``, ...) with ``fn``.
-
-    `hpcdist.core.math_ops` registers every operator once, when ``hpcdist.core`` is imported
-    (TF's ``Tensor._override_operator``); tensors and variables dispatch through this table.
-    """
-    _operators[name] = fn
-
-
-class Operators:
-    """Python's arithmetic operators as differentiable operations (tensors and variables)."""
-
-    __slots__ = ()
-
-    def __add__(self, other: Any) -> Tensor:
-        return _operators["add"](self, other)
-
-    def __radd__(self, other: Any) -> Tensor:
-        return _operators["add"](other, self)
-
-    def __sub__(self, other: Any) -> Tensor:
-        return _operators["subtract"](self, other)
-
-    def __rsub__(self, other: Any) -> Tensor:
-        return _operators["subtract"](other, self)
-
-    def __mul__(self, other: Any) -> Tensor:
-        return _operators["multiply"](self, other)
-
-    def __rmul__(self, other: Any) -> Tensor:
-        return _operators["multiply"](other, self)
-
-    def __truediv__(self, other: Any) -> Tensor:
-        return _operators["divide"](self, other)
-
-    def __rtruediv__(self, other: Any) -> Tensor:
-        return _operators["divide"](other, self)
-
-    def __neg__(self) -> Tensor:
-        return _operators["negative"](self)
-
-    def __abs__(self) -> Tensor:
-        return _operators["abs"](self)
-
-    def __pow__(self, exponent: float) -> Tensor:
-        return _operators["power"](self, exponent)
-
-    def __matmul__(self, other: Any) -> Tensor:
-        return _operators["matmul"](self, other)
-
-    def __rmatmul__(self, other: Any) -> Tensor:
-        return _operators["matmul"](other, self)
-
-    def __getitem__(self, index: Any) -> Tensor:
-        return _operators["getitem"](self, index)
-
-
-class Tensor(Operators):
-    """An array that remembers how it was computed (when a tape records).
-
-    Args:
-        value: The array.
-        parents: Tensors this one was computed from.
-        backward: Maps the gradient of this tensor to the gradients of ``parents``.
-        source: The variable this tensor reads, for leaves.
-    """
-
-    __slots__ = ("__weakref__", "backward", "parents", "source", "trace", "value")
-    __array_priority__ = 100
-
-    def __init__(
-        self,
-        value: Any,
-        parents: tuple[Tensor, ...] = (),
-        backward: Callable[[np.ndarray], Sequence[np.ndarray | None]] | None = None,
-        source: Any = None,
-    ) -> None:
-        self.value = (
-            value if isinstance(value, np.ndarray) or is_device_array(value) else np.asarray(value)
-        )
-        self.parents = parents
-        self.backward = backward
-        self.source = source
-        self.trace = bool(parents) or source is not None
-
-    # -- array protocol -----------------------------------------------------------------------
-
-    def numpy(self) -> np.ndarray:
-        """The value on the host (not a copy for numpy values; copied from a GPU)."""
-        return to_numpy(self.value)
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        value = to_numpy(self.value)
-        return value if dtype is None else value.astype(dtype)
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """Shape of the value."""
-        return self.value.shape
-
-    @property
-    def dtype(self) -> np.dtype:
-        """Dtype of the value."""
-        return self.value.dtype
-
-    @property
-    def ndim(self) -> int:
-        """Rank of the value."""
-        return self.value.ndim
-
-    def __len__(self) -> int:
-        return len(self.value)
-
-    def __float__(self) -> float:
-        return float(self.value)
-
-    def __repr__(self) -> str:
-        return f"Tensor({self.value!r})"
-
-    # Comparisons give plain boolean arrays (not differentiable), element-wise as in TF.
-    __hash__ = object.__hash__
-
-    def __eq__(self, other: object) -> np.ndarray:  # type: ignore[override]
-        return self.value == _operand(other, self.value)
-
-    def __ne__(self, other: object) -> np.ndarray:  # type: ignore[override]
-        return self.value != _operand(other, self.value)
-
-    def __lt__(self, other: Any) -> np.ndarray:
-        return self.value < _operand(other, self.value)
-
-    def __le__(self, other: Any) -> np.ndarray:
-        return self.value <= _operand(other, self.value)
-
-    def __gt__(self, other: Any) -> np.ndarray:
-        return self.value > _operand(other, self.value)
-
-    def __ge__(self, other: Any) -> np.ndarray:
-        return self.value >= _operand(other, self.value)
-
-    def sum(self, axis: Any = None, keepdims: bool = False) -> Tensor:
-        """Sum (recorded)."""
-        return _operators["reduce_sum"](self, axis, keepdims)
-
-    def mean(self, axis: Any = None, keepdims: bool = False) -> Tensor:
-        """Mean (recorded)."""
-        return _operators["reduce_mean"](self, axis, keepdims)
-
-    def reshape(self, *shape: Any) -> Tensor:
-        """Reshape (recorded)."""
-        return _operators["reshape"](self, shape[0] if len(shape) == 1 else shape)
-
-
-class IndexedSlices:
-    """A sparse gradient: ``values[i]`` belongs to row ``indices[i]`` of a ``dense_shape`` array.
-
-    Indices may repeat (their rows add up); `deduplicate` sums them.
-    """
-
-    def __init__(self, values: np.ndarray, indices: np.ndarray, dense_shape: tuple[int, ...]):
-        self.values = values if is_device_array(values) else np.asarray(values)
-        self.indices = as_array_like(indices, self.values, np.int64)
-        self.dense_shape = tuple(dense_shape)
-
-    @property
-    def dtype(self) -> np.dtype:
-        """Dtype of the values."""
-        return self.values.dtype
-
-    def deduplicate(self) -> IndexedSlices:
-        """Sorted unique indices with the rows of repeated ones summed."""
-        unique, values = sum_rows(self.indices, self.values)
-        return IndexedSlices(values, unique, self.dense_shape)
-
-    def dense(self) -> Any:
-        """The dense array, in the array module of the values."""
-        out = array_module(self.values).zeros(self.dense_shape, self.values.dtype)
-        scatter_add(out, self.indices, self.values)
-        return out
-
-    def numpy(self) -> np.ndarray:
-        """The dense array on the host."""
-        return to_numpy(self.dense())
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        out = self.numpy()
-        return out if dtype is None else out.astype(dtype)
-
-    def __repr__(self) -> str:
-        return f"IndexedSlices(rows={len(self.indices)}, dense_shape={self.dense_shape})"
-
-
-class RowsOf:
-    """The source of a leaf holding rows ``ids`` of ``variable`` (a sparse read)."""
-
-    __slots__ = ("ids", "variable")
-
-    def __init__(self, variable: Any, ids: np.ndarray) -> None:
-        self.variable, self.ids = variable, ids
-
-
-def _operand(other: Any, like: Any) -> Any:
-    """The other side of a comparison, in ``like``'s array module."""
-    if isinstance(other, Tensor):
-        other = other.value
-    return as_array_like(other, like)
-
-
-def constant(value: Any, dtype: Any = None) -> Tensor:
-    """A tensor that records nothing."""
-    if is_device_array(value):
-        return Tensor(value if dtype is None else value.astype(dtype))
-    return Tensor(np.asarray(value, dtype=dtype))
-
-
-def as_tensor(x: Any) -> Tensor:
-    """Return ``x`` as a `Tensor`, converting registered types (variables) by their hook."""
-    if isinstance(x, Tensor):
-        return x
-    convert = _conversion_for(type(x))
-    if convert is not None:
-        return convert(x)
-    return Tensor(x if is_device_array(x) else np.asarray(x))
-
-
-def register_tensor_conversion(cls: type, convert: Callable[[Any], Tensor]) -> None:
-    """Make `as_tensor` turn instances of ``cls`` (and its subclasses) into tensors.
-
-    Variables register here, as TF's do with ``register_tensor_conversion_function``: the tape
-    never imports the variable classes.
-    """
-    _conversions[cls] = convert
-    _conversion_cache.clear()
-
-
-def _conversion_for(cls: type) -> Callable[[Any], Tensor] | None:
-    try:
-        return _conversion_cache[cls]
-    except KeyError:
-        found = next((_conversions[k] for k in cls.__mro__ if k in _conversions), None)
-        _conversion_cache[cls] = found
-        return found
-
-
-_conversions: dict[type, Callable[[Any], Tensor]] = {}
-_conversion_cache: dict[type, Callable[[Any], Tensor] | None] = {}
-
-
 def variable_accessed(variable: Any, value: Any, rows: Any = None) -> Tensor:
     """The tensor of a variable read: a traced leaf when a recording tape watches ``variable``.
 
@@ -310,7 +68,7 @@ def variable_accessed(variable: Any, value: Any, rows: Any = None) -> Tensor:
         value: What was read.
         rows: For a sparse read, the row ids ``value`` holds (its gradient is `IndexedSlices`).
     """
-    if _state.tapes and any(t._watches(variable) for t in _state.tapes):
+    if _state.tapes and any(t.watches(variable) for t in _state.tapes):
         return Tensor(value, source=variable if rows is None else RowsOf(variable, rows))
     return Tensor(value)
 
@@ -359,7 +117,12 @@ class GradientTape:
     def __exit__(self, *exc: object) -> None:
         _state.tapes.remove(self)
 
-    def _watches(self, variable: Any) -> bool:
+    def watches(self, variable: Any) -> bool:
+        """Whether a read of ``variable`` under this tape is traced.
+
+        True for a variable passed to `watch`, and for any trainable variable when the tape
+        watches accessed variables (the default).
+        """
         return id(variable) in self._watched or (
             self.watch_accessed_variables and getattr(variable, "trainable", False)
         )

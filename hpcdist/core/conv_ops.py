@@ -12,8 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from hpcdist.core.autodiff import Tensor, as_tensor, record
+from hpcdist.core.autodiff import record
 from hpcdist.core.math_ops import same_device
+from hpcdist.core.tensors import Tensor, as_tensor
 from hpcdist.utils.xp import array_module
 
 __all__ = ["conv2d", "conv_output_size", "max_pool2d", "same_padding"]

@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from hpcdist.core.autodiff import Tensor, as_tensor, record, register_operator, unbroadcast
+from hpcdist.core.autodiff import record, unbroadcast
 from hpcdist.core.dtypes import as_dtype
-from hpcdist.core.tensors import is_python_data, python_array
+from hpcdist.core.tensors import Tensor, as_tensor, is_python_data, python_array, register_operator
 from hpcdist.utils.xp import array_module, as_array_like, is_device_array, scatter_add
 
 __all__ = [

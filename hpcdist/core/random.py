@@ -11,36 +11,26 @@ from typing import Any
 
 import numpy as np
 
-from hpcdist.core.autodiff import Tensor
 from hpcdist.core.dtypes import as_dtype
+from hpcdist.core.tensors import Tensor
 from hpcdist.utils import seeds
 from hpcdist.utils.seeds import get_seed
 
 __all__ = ["get_seed", "normal", "set_seed", "uniform"]
 
-_DEFAULT_SEED = seeds.DEFAULT_GRAPH_SEED  # op seeds without a global seed use it
-
-_global: dict[str, Any] = {"seed": None, "rng": np.random.default_rng()}
-_op_generators: dict[int, np.random.Generator] = {}
-
 
 def set_seed(seed: int | None) -> None:
-    """Make later random tensors reproducible (``tf.random.set_seed``); None unsets it."""
-    _global["seed"] = None if seed is None else int(seed)
-    _global["rng"] = np.random.default_rng(None if seed is None else [int(seed)])
+    """Make later random numbers reproducible (``tf.random.set_seed``); None unsets it.
+
+    hpcdist has one seed system (`hpcdist.utils.seeds`): this also seeds dataset shuffles and
+    the initializers and dropout of `hpcdist.nn`, as TF's global seed does.
+    """
     seeds.set_global_seed(seed)
-    _op_generators.clear()
 
 
 def _generator(seed: int | None) -> np.random.Generator:
     """The global generator, or the one of an operation seed (its draws continue per call)."""
-    if seed is None:
-        return _global["rng"]
-    seed = int(seed)
-    if seed not in _op_generators:
-        base = _DEFAULT_SEED if _global["seed"] is None else _global["seed"]
-        _op_generators[seed] = np.random.default_rng([base, seed])
-    return _op_generators[seed]
+    return seeds.random_generator() if seed is None else seeds.operation_generator(seed)
 
 
 def _shape(shape: Any) -> tuple[int, ...]:

@@ -1,21 +1,284 @@
-"""``tf.constant`` and ``tf.convert_to_tensor``: Python data becomes tensors by TF's rules.
+"""`Tensor` and what makes tensors: operators, sparse slices, and TF's conversion rules.
 
-Python floats become float32 and Python ints int32 (int64 when a value does not fit), as in
-TF; numpy arrays and scalars keep their dtype; strings become TF's string dtype (numpy object
-arrays of ``bytes``).
+`Tensor` is an array that remembers how it was computed while a `GradientTape`
+(`hpcdist.core.autodiff`) records; `IndexedSlices` is the sparse gradient of a row read.
+Operators (``+``, ``@``, ``[]``, ...) dispatch through a table that `hpcdist.core.math_ops`
+fills (`register_operator`); other types become tensors through `as_tensor` and the hooks of
+`register_tensor_conversion` (variables register there).
+
+``tf.constant`` and ``tf.convert_to_tensor``: Python floats become float32 and Python ints
+int32 (int64 when a value does not fit), as in TF; numpy arrays and scalars keep their dtype;
+strings become TF's string dtype (numpy object arrays of ``bytes``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from hpcdist.core.autodiff import Tensor, as_tensor
 from hpcdist.core.dtypes import as_dtype, string
-from hpcdist.utils.xp import is_device_array
+from hpcdist.utils.rows import sum_rows
+from hpcdist.utils.xp import array_module, as_array_like, is_device_array, scatter_add, to_numpy
 
-__all__ = ["constant", "convert_to_tensor", "is_python_data", "python_array"]
+__all__ = [
+    "IndexedSlices",
+    "Operators",
+    "RowsOf",
+    "Tensor",
+    "as_tensor",
+    "constant",
+    "convert_to_tensor",
+    "is_python_data",
+    "python_array",
+    "register_operator",
+    "register_tensor_conversion",
+]
+
+_operators: dict[str, Callable[..., Any]] = {}
+
+
+def register_operator(name: str, fn: Callable[..., Any]) -> None:
+    """Implement operator ``name`` (``"add"``, ``"matmul"``, ``"getitem"``, ...) with ``fn``.
+
+    `hpcdist.core.math_ops` registers every operator once, when ``hpcdist.core`` is imported
+    (TF's ``Tensor._override_operator``); tensors and variables dispatch through this table.
+    """
+    _operators[name] = fn
+
+
+class Operators:
+    """Python's arithmetic operators as differentiable operations (tensors and variables)."""
+
+    __slots__ = ()
+
+    def __add__(self, other: Any) -> Tensor:
+        return _operators["add"](self, other)
+
+    def __radd__(self, other: Any) -> Tensor:
+        return _operators["add"](other, self)
+
+    def __sub__(self, other: Any) -> Tensor:
+        return _operators["subtract"](self, other)
+
+    def __rsub__(self, other: Any) -> Tensor:
+        return _operators["subtract"](other, self)
+
+    def __mul__(self, other: Any) -> Tensor:
+        return _operators["multiply"](self, other)
+
+    def __rmul__(self, other: Any) -> Tensor:
+        return _operators["multiply"](other, self)
+
+    def __truediv__(self, other: Any) -> Tensor:
+        return _operators["divide"](self, other)
+
+    def __rtruediv__(self, other: Any) -> Tensor:
+        return _operators["divide"](other, self)
+
+    def __neg__(self) -> Tensor:
+        return _operators["negative"](self)
+
+    def __abs__(self) -> Tensor:
+        return _operators["abs"](self)
+
+    def __pow__(self, exponent: float) -> Tensor:
+        return _operators["power"](self, exponent)
+
+    def __matmul__(self, other: Any) -> Tensor:
+        return _operators["matmul"](self, other)
+
+    def __rmatmul__(self, other: Any) -> Tensor:
+        return _operators["matmul"](other, self)
+
+    def __getitem__(self, index: Any) -> Tensor:
+        return _operators["getitem"](self, index)
+
+
+class Tensor(Operators):
+    """An array that remembers how it was computed (when a tape records).
+
+    Args:
+        value: The array.
+        parents: Tensors this one was computed from.
+        backward: Maps the gradient of this tensor to the gradients of ``parents``.
+        source: The variable this tensor reads, for leaves.
+    """
+
+    __slots__ = ("__weakref__", "backward", "parents", "source", "trace", "value")
+    __array_priority__ = 100
+
+    def __init__(
+        self,
+        value: Any,
+        parents: tuple[Tensor, ...] = (),
+        backward: Callable[[np.ndarray], Sequence[np.ndarray | None]] | None = None,
+        source: Any = None,
+    ) -> None:
+        self.value = (
+            value if isinstance(value, np.ndarray) or is_device_array(value) else np.asarray(value)
+        )
+        self.parents = parents
+        self.backward = backward
+        self.source = source
+        self.trace = bool(parents) or source is not None
+
+    # -- array protocol -----------------------------------------------------------------------
+
+    def numpy(self) -> np.ndarray:
+        """The value on the host (not a copy for numpy values; copied from a GPU)."""
+        return to_numpy(self.value)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        value = to_numpy(self.value)
+        return value if dtype is None else value.astype(dtype)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Shape of the value."""
+        return self.value.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        """Dtype of the value."""
+        return self.value.dtype
+
+    @property
+    def ndim(self) -> int:
+        """Rank of the value."""
+        return self.value.ndim
+
+    def __len__(self) -> int:
+        return len(self.value)
+
+    def __float__(self) -> float:
+        return float(self.value)
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.value!r})"
+
+    # Comparisons give plain boolean arrays (not differentiable), element-wise as in TF.
+    __hash__ = object.__hash__
+
+    def __eq__(self, other: object) -> np.ndarray:  # type: ignore[override]
+        return self.value == _operand(other, self.value)
+
+    def __ne__(self, other: object) -> np.ndarray:  # type: ignore[override]
+        return self.value != _operand(other, self.value)
+
+    def __lt__(self, other: Any) -> np.ndarray:
+        return self.value < _operand(other, self.value)
+
+    def __le__(self, other: Any) -> np.ndarray:
+        return self.value <= _operand(other, self.value)
+
+    def __gt__(self, other: Any) -> np.ndarray:
+        return self.value > _operand(other, self.value)
+
+    def __ge__(self, other: Any) -> np.ndarray:
+        return self.value >= _operand(other, self.value)
+
+    def sum(self, axis: Any = None, keepdims: bool = False) -> Tensor:
+        """Sum (recorded)."""
+        return _operators["reduce_sum"](self, axis, keepdims)
+
+    def mean(self, axis: Any = None, keepdims: bool = False) -> Tensor:
+        """Mean (recorded)."""
+        return _operators["reduce_mean"](self, axis, keepdims)
+
+    def reshape(self, *shape: Any) -> Tensor:
+        """Reshape (recorded)."""
+        return _operators["reshape"](self, shape[0] if len(shape) == 1 else shape)
+
+
+class IndexedSlices:
+    """A sparse gradient: ``values[i]`` belongs to row ``indices[i]`` of a ``dense_shape`` array.
+
+    Indices may repeat (their rows add up); `deduplicate` sums them.
+    """
+
+    def __init__(self, values: np.ndarray, indices: np.ndarray, dense_shape: tuple[int, ...]):
+        self.values = values if is_device_array(values) else np.asarray(values)
+        self.indices = as_array_like(indices, self.values, np.int64)
+        self.dense_shape = tuple(dense_shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        """Dtype of the values."""
+        return self.values.dtype
+
+    def deduplicate(self) -> IndexedSlices:
+        """Sorted unique indices with the rows of repeated ones summed."""
+        unique, values = sum_rows(self.indices, self.values)
+        return IndexedSlices(values, unique, self.dense_shape)
+
+    def dense(self) -> Any:
+        """The dense array, in the array module of the values."""
+        out = array_module(self.values).zeros(self.dense_shape, self.values.dtype)
+        scatter_add(out, self.indices, self.values)
+        return out
+
+    def numpy(self) -> np.ndarray:
+        """The dense array on the host."""
+        return to_numpy(self.dense())
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = self.numpy()
+        return out if dtype is None else out.astype(dtype)
+
+    def __repr__(self) -> str:
+        return f"IndexedSlices(rows={len(self.indices)}, dense_shape={self.dense_shape})"
+
+
+class RowsOf:
+    """The source of a leaf holding rows ``ids`` of ``variable`` (a sparse read)."""
+
+    __slots__ = ("ids", "variable")
+
+    def __init__(self, variable: Any, ids: np.ndarray) -> None:
+        self.variable, self.ids = variable, ids
+
+
+def _operand(other: Any, like: Any) -> Any:
+    """The other side of a comparison, in ``like``'s array module."""
+    if isinstance(other, Tensor):
+        other = other.value
+    return as_array_like(other, like)
+
+
+def as_tensor(x: Any) -> Tensor:
+    """Return ``x`` as a `Tensor`, converting registered types (variables) by their hook."""
+    if isinstance(x, Tensor):
+        return x
+    convert = _conversion_for(type(x))
+    if convert is not None:
+        return convert(x)
+    return Tensor(x if is_device_array(x) else np.asarray(x))
+
+
+def register_tensor_conversion(cls: type, convert: Callable[[Any], Tensor]) -> None:
+    """Make `as_tensor` turn instances of ``cls`` (and its subclasses) into tensors.
+
+    Variables register here, as TF's do with ``register_tensor_conversion_function``: the tape
+    never imports the variable classes.
+    """
+    _conversions[cls] = convert
+    _conversion_cache.clear()
+
+
+def _conversion_for(cls: type) -> Callable[[Any], Tensor] | None:
+    try:
+        return _conversion_cache[cls]
+    except KeyError:
+        found = next((_conversions[k] for k in cls.__mro__ if k in _conversions), None)
+        _conversion_cache[cls] = found
+        return found
+
+
+_conversions: dict[type, Callable[[Any], Tensor]] = {}
+_conversion_cache: dict[type, Callable[[Any], Tensor] | None] = {}
+
 
 _INT32 = np.iinfo(np.int32)
 

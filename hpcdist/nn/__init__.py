@@ -5,7 +5,8 @@ Keras-shaped layers, losses, optimizers, metrics, callbacks, `Model.fit` (subcla
 """
 
 from hpcdist.core import math_ops as ops
-from hpcdist.core.autodiff import GradientTape, IndexedSlices, Tensor, constant
+from hpcdist.core.autodiff import GradientTape
+from hpcdist.core.tensors import IndexedSlices, Tensor, constant
 from hpcdist.nn import (
     activations,
     callbacks,

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hpcdist.core import math_ops as ops
-from hpcdist.core.autodiff import Tensor, as_tensor
+from hpcdist.core.tensors import Tensor, as_tensor
 
 __all__ = [
     "LogitsTensor",

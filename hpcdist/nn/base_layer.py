@@ -19,7 +19,7 @@ import numpy as np
 
 from hpcdist.core import context
 from hpcdist.core import math_ops as ops
-from hpcdist.core.autodiff import Tensor, as_tensor
+from hpcdist.core.tensors import Tensor, as_tensor
 from hpcdist.nn import initializers, regularizers
 from hpcdist.nn.keras_tensor import is_symbolic, map_nested, symbolic_call
 

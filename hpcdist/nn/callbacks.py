@@ -302,15 +302,18 @@ class BackupAndRestore(Callback):
         self._batches_since_save = 0
 
     def on_train_begin(self, logs: dict | None = None) -> None:
-        """Restore the backup if there is one and tell `fit` where to resume."""
+        """Restore the backup if there is one and tell `fit` where to resume.
+
+        The resume epoch reaches `fit` through `Model.resume_at_epoch`.
+        """
         strategy = self.model.distribute_strategy
         self._batches_since_save = 0
-        with self.model._scope():
+        with self.model.strategy_scope():
             self._epoch = strategy.Variable(np.int64(-1), name="backup_epoch", trainable=False)
             ckpt = Checkpoint(model=self.model, optimizer=self.model.optimizer, epoch=self._epoch)
             self._manager = CheckpointManager(ckpt, self.backup_dir, max_to_keep=1)
             if self._manager.restore_or_initialize() is not None:
-                self.model._resume_epoch = int(self._epoch.numpy()) + 1
+                self.model.resume_at_epoch(int(self._epoch.numpy()) + 1)
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         """Remember the running epoch (a batch backup resumes at its start)."""
@@ -331,7 +334,7 @@ class BackupAndRestore(Callback):
             self._save(epoch)
 
     def _save(self, completed_epoch: int) -> None:
-        with self.model._scope():
+        with self.model.strategy_scope():
             self._epoch.assign(completed_epoch, read_value=False)
             self._manager.save()
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from hpcdist.core.autodiff import IndexedSlices
+from hpcdist.core.tensors import IndexedSlices
 from hpcdist.utils.xp import array_module
 
 __all__ = ["check_clip_options", "clip_gradients"]

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from hpcdist.core.autodiff import Tensor
+from hpcdist.core.tensors import Tensor
 from hpcdist.nn import metrics as metrics_mod
 from hpcdist.utils.xp import to_numpy
 
@@ -59,7 +59,7 @@ def update(
     if reg is not None:
         tracked += float(to_numpy(reg.value if isinstance(reg, Tensor) else reg))
     rows = per_example.shape[0] if per_example.ndim else 1
-    model._loss_tracker.update_state(np.array([tracked]), sample_weight=np.array([float(rows)]))
+    model.loss_tracker.update_state(np.array([tracked]), sample_weight=np.array([float(rows)]))
     for metric in model.compiled_metrics:
         metric.update_state(y, y_pred)
     for metric in model.compiled_weighted_metrics:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from hpcdist.core import conv_ops
-from hpcdist.core.autodiff import Tensor
+from hpcdist.core.tensors import Tensor
 from hpcdist.nn.base_layer import Layer, float_input
 from hpcdist.nn.kernel_bias import KernelBiasLayer
 

@@ -7,7 +7,8 @@ from typing import Any
 import numpy as np
 
 from hpcdist.core import math_ops as ops
-from hpcdist.core.autodiff import Tensor, variable_accessed
+from hpcdist.core.autodiff import variable_accessed
+from hpcdist.core.tensors import Tensor
 from hpcdist.utils.rows import unique_inverse
 
 __all__ = ["embedding_lookup"]

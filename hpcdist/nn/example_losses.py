@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from hpcdist.core import math_ops as ops
-from hpcdist.core.autodiff import Tensor
+from hpcdist.core.tensors import Tensor
 from hpcdist.utils.xp import to_numpy
 
 __all__ = ["penalty_sum", "per_example_losses", "replica_loss"]

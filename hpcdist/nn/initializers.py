@@ -1,30 +1,45 @@
-"""Weight initializers (Keras names) drawing from a seedable generator.
+"""Weight initializers (Keras names) drawing from the seed system's generator.
 
-`set_random_seed` makes model construction reproducible; under a multi-rank strategy every rank
-starts from the chief's values anyway (variables are broadcast at creation).
+The generator is `hpcdist.utils.seeds.initializer_generator`: `set_random_seed` (Keras'
+``keras.utils.set_random_seed``) and ``hd.random.set_seed`` (TF's ``tf.random.set_seed``) both
+reseed it, with everything else that draws random numbers. Under a multi-rank strategy every
+rank starts from the chief's values anyway (variables are broadcast at creation).
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-__all__ = ["get", "set_random_seed"]
+from hpcdist.utils import seeds
 
-_rng = np.random.default_rng(0)
+__all__ = ["generator", "get", "set_random_seed"]
 
 
 def set_random_seed(seed: int) -> None:
-    """Seed the generator used by initializers and dropout."""
-    global _rng
-    _rng = np.random.default_rng(seed)
+    """Seed everything that draws random numbers (``keras.utils.set_random_seed``).
+
+    As in Keras: Python's `random`, numpy's global generator, and hpcdist's one seed system
+    (`hpcdist.utils.seeds.set_global_seed`, also ``hd.random.set_seed``): the initializers and
+    dropout (``default_rng(seed)``, so the weights are those of earlier versions), ``hd.random``
+    and unseeded dataset shuffles.
+
+    Raises:
+        ValueError: ``seed`` is not an integer (Keras' check).
+    """
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise ValueError(f"set_random_seed needs an integer seed, got {seed!r}")
+    random.seed(int(seed))
+    np.random.seed(int(seed) % 2**32)
+    seeds.set_global_seed(int(seed))
 
 
 def generator() -> np.random.Generator:
-    """The shared generator."""
-    return _rng
+    """The generator of initial weights and dropout seeds (the seed system's)."""
+    return seeds.initializer_generator()
 
 
 def _fans(shape: tuple[int, ...]) -> tuple[int, int]:
@@ -50,23 +65,23 @@ def glorot_uniform(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     """Uniform in ``[-l, l]``, ``l = sqrt(6 / (fan_in + fan_out))``."""
     fan_in, fan_out = _fans(shape)
     limit = np.sqrt(6.0 / (fan_in + fan_out))
-    return _rng.uniform(-limit, limit, shape).astype(dtype)
+    return generator().uniform(-limit, limit, shape).astype(dtype)
 
 
 def he_normal(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     """Normal with standard deviation ``sqrt(2 / fan_in)``."""
     fan_in, _ = _fans(shape)
-    return (_rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)).astype(dtype)
+    return (generator().standard_normal(shape) * np.sqrt(2.0 / fan_in)).astype(dtype)
 
 
 def random_normal(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     """Normal with standard deviation 0.05 (Keras' default)."""
-    return (_rng.standard_normal(shape) * 0.05).astype(dtype)
+    return (generator().standard_normal(shape) * 0.05).astype(dtype)
 
 
 def random_uniform(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     """Uniform in ``[-0.05, 0.05]`` (Keras' default; also ``"uniform"``)."""
-    return _rng.uniform(-0.05, 0.05, shape).astype(dtype)
+    return generator().uniform(-0.05, 0.05, shape).astype(dtype)
 
 
 _BY_NAME: dict[str, Callable[[tuple[int, ...], Any], np.ndarray]] = {

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpcdist.core.autodiff import as_tensor
+from hpcdist.core.tensors import as_tensor
 from hpcdist.nn.base_layer import Layer
 from hpcdist.nn.keras_tensor import KerasTensor
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from hpcdist.core.autodiff import Tensor
+from hpcdist.core.tensors import Tensor
 from hpcdist.utils.xp import to_numpy
 
 __all__ = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from hpcdist.core import math_ops as ops
-from hpcdist.core.autodiff import Tensor
+from hpcdist.core.tensors import Tensor
 from hpcdist.nn import activations
 from hpcdist.nn.base_layer import Layer
 from hpcdist.nn.layer_config import (

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from hpcdist.core import math_ops as ops
-from hpcdist.core.autodiff import Tensor, as_tensor
+from hpcdist.core.tensors import Tensor, as_tensor
 from hpcdist.nn import activations, initializers
 from hpcdist.nn.base_layer import Layer, float_input
 from hpcdist.nn.conv_layers import Conv2D, MaxPooling2D

@@ -12,7 +12,7 @@ import numpy as np
 
 from hpcdist.core import context
 from hpcdist.core import math_ops as ops
-from hpcdist.core.autodiff import as_tensor
+from hpcdist.core.tensors import as_tensor
 
 __all__ = ["compute_average_loss", "scale_regularization_loss"]
 

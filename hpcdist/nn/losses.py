@@ -20,7 +20,7 @@ import numpy as np
 
 from hpcdist.core import context
 from hpcdist.core import math_ops as ops
-from hpcdist.core.autodiff import Tensor, as_tensor
+from hpcdist.core.tensors import Tensor, as_tensor
 from hpcdist.nn.activations import logits_of
 from hpcdist.utils.xp import array_module, as_array_like
 

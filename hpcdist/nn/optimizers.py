@@ -16,7 +16,8 @@ import numpy as np
 
 from hpcdist.comm.reduce_op import ReduceOp
 from hpcdist.core import context
-from hpcdist.core.autodiff import GradientTape, IndexedSlices, Tensor
+from hpcdist.core.autodiff import GradientTape
+from hpcdist.core.tensors import IndexedSlices, Tensor
 from hpcdist.core.variables import Variable, variable_key
 from hpcdist.nn import schedules
 from hpcdist.nn.clipping import check_clip_options, clip_gradients
@@ -174,8 +175,8 @@ class Optimizer:
         ctx = context.get_replica_context()
         if context.has_strategy() and ctx is not None and ctx.num_replicas_in_sync > 1:
             grads = [_dense(g) for g, _ in pairs]
-            apply = _apply_reduced if skip_gradients_aggregation else _distributed_apply
-            ctx.merge_call(apply, args=(self, grads, [v for _, v in pairs]))
+            apply = self._apply_reduced if skip_gradients_aggregation else self._distributed_apply
+            ctx.merge_call(apply, args=(grads, [v for _, v in pairs]))
         else:  # one replica: nothing to combine (sparse gradients stay sparse)
             self._apply([(g if isinstance(g, IndexedSlices) else _dense(g), v) for g, v in pairs])
 
@@ -184,6 +185,31 @@ class Optimizer:
         with GradientTape() as tape:
             loss = loss_fn()
         self.apply_gradients(zip(tape.gradient(loss, var_list), var_list, strict=True))
+
+    def _distributed_apply(self, strategy: Any, grads: Any, variables: Any) -> None:
+        """Cross-replica half of apply_gradients: one fused SUM all-reduce, then the update."""
+        variables = (
+            list(variables) if not isinstance(variables, PerReplica) else list(variables.values[0])
+        )
+        if isinstance(grads, PerReplica):  # several local replicas: a PerReplica of lists
+            columns = list(zip(*grads.values, strict=True))
+            partials = [PerReplica(list(col)) for col in columns]
+        else:
+            partials = list(grads)
+        reduced = strategy.extended.batch_reduce_to(ReduceOp.SUM, [(p, None) for p in partials])
+        self._apply(list(zip([as_array(r) for r in reduced], variables, strict=True)))
+
+    def _apply_reduced(self, strategy: Any, grads: Any, variables: Any) -> None:
+        """Cross-replica half of apply_gradients for gradients already summed over replicas.
+
+        Every local replica holds the same sums; the first replica's are applied.
+        """
+        del strategy
+        if isinstance(variables, PerReplica):
+            variables = variables.values[0]
+        if isinstance(grads, PerReplica):
+            grads = grads.values[0]
+        self._apply(list(zip([as_array(g) for g in grads], variables, strict=True)))
 
     def _apply(self, pairs: list[tuple[Any, Any]]) -> None:
         self._build([v for _, v in pairs])
@@ -233,7 +259,7 @@ def _read(var: Any) -> Any:
 
     The update rules compute new arrays from it before assigning, so no copy is needed.
     """
-    read = getattr(var, "_value", None)
+    read = getattr(var, "local_value", None)
     return read() if read is not None else var.numpy()
 
 
@@ -251,33 +277,6 @@ class _Rows:
     def assign(self, value: Any, read_value: bool = True) -> None:
         del read_value
         self.variable.scatter_update(self.ids, value)
-
-
-def _distributed_apply(strategy: Any, optimizer: Optimizer, grads: Any, variables: Any) -> None:
-    """Cross-replica half of apply_gradients: one fused SUM all-reduce, then the update."""
-    variables = (
-        list(variables) if not isinstance(variables, PerReplica) else list(variables.values[0])
-    )
-    if isinstance(grads, PerReplica):  # several local replicas: grads is a PerReplica of lists
-        columns = list(zip(*grads.values, strict=True))
-        partials = [PerReplica(list(col)) for col in columns]
-    else:
-        partials = list(grads)
-    reduced = strategy.extended.batch_reduce_to(ReduceOp.SUM, [(p, None) for p in partials])
-    optimizer._apply(list(zip([as_array(r) for r in reduced], variables, strict=True)))
-
-
-def _apply_reduced(strategy: Any, optimizer: Optimizer, grads: Any, variables: Any) -> None:
-    """Cross-replica half of apply_gradients for gradients already summed over the replicas.
-
-    Every local replica holds the same sums; the first replica's are applied.
-    """
-    del strategy
-    if isinstance(variables, PerReplica):
-        variables = variables.values[0]
-    if isinstance(grads, PerReplica):
-        grads = grads.values[0]
-    optimizer._apply(list(zip([as_array(g) for g in grads], variables, strict=True)))
 
 
 class SGD(Optimizer):

@@ -91,9 +91,9 @@ class ParameterServerFit:
         if not model.built:  # variables are created here, on the coordinator
             first = next(iter(x)) if isinstance(x, Dataset) else np.asarray(x)[:1]
             sample = first[0] if isinstance(first, tuple) else first
-            with model._scope():
+            with model.strategy_scope():
                 model(sample, training=False)
-        with model._scope():
+        with model.strategy_scope():
             model.optimizer.build(model.trainable_variables)
         if sample_weight is not None and isinstance(x, Dataset):
             raise ValueError("sample_weight must be None when x is a Dataset (yield (x, y, w))")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from hpcdist.core import math_ops as ops
-from hpcdist.core.autodiff import Tensor
+from hpcdist.core.tensors import Tensor
 
 __all__ = ["L1", "L1L2", "L2", "Regularizer", "get"]
 

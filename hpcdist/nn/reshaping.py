@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from hpcdist.core import math_ops as ops
-from hpcdist.core.autodiff import Tensor, as_tensor
+from hpcdist.core.tensors import Tensor, as_tensor
 from hpcdist.nn.base_layer import Layer
 
 __all__ = ["Reshape"]

@@ -13,6 +13,7 @@ outcome; every rank reads.
 
 from __future__ import annotations
 
+import errno
 import inspect
 import json
 import os
@@ -21,23 +22,50 @@ from typing import Any
 import h5py
 import numpy as np
 
-from hpcdist.checkpoint import Checkpoint, checkpoint_communicator, is_checkpoint_chief
+from hpcdist.checkpoint import (
+    Checkpoint,
+    CheckpointWriteError,
+    checkpoint_communicator,
+    is_checkpoint_chief,
+)
 from hpcdist.checkpoint.collective import agree
 from hpcdist.nn import losses as losses_mod
 from hpcdist.nn import optimizers as optimizers_mod
 from hpcdist.nn.base_layer import Layer, get_registered_class
 
-__all__ = ["load_model", "load_weights", "save_model", "save_weights"]
+__all__ = ["check_save_format", "load_model", "load_weights", "save_model", "save_weights"]
 
 _MODEL, _WEIGHTS = "hpcdist.keras_model", "hpcdist.keras_weights"
 
 
-def _write(path: str, kind: str, model: Layer, attrs: dict[str, str]) -> None:
+def check_save_format(save_format: str | None, what: str) -> None:
+    """Accept Keras 2's ``save_format`` when it names the one format (``"h5"``) or is None.
+
+    Raises:
+        ValueError: Another format (``"tf"``, ``"keras"``, ...).
+    """
+    if save_format is not None and str(save_format).lower() not in ("h5", "hdf5"):
+        raise ValueError(
+            f"{what}: save_format must be 'h5' or None (hpcdist writes HDF5 files), "
+            f"got {save_format!r}"
+        )
+
+
+def _write(
+    path: str, kind: str, model: Layer, attrs: dict[str, str], overwrite: bool = True
+) -> None:
     weights = model.get_weights()  # every rank (a sharded variable gathers)
     comm = checkpoint_communicator()
     error = None
     if is_checkpoint_chief(comm):
         try:
+            if not overwrite and os.path.exists(path):
+                raise CheckpointWriteError(
+                    errno.EEXIST,
+                    f"{path!r} exists and overwrite=False: pass overwrite=True to replace it "
+                    "(hpcdist does not ask on the terminal as Keras does: ranks have none)",
+                    path,
+                )
             directory = os.path.dirname(os.path.abspath(path))
             os.makedirs(directory, exist_ok=True)
             tmp = f"{path}.tmp-{os.getpid()}"
@@ -90,14 +118,21 @@ def _compile_config(model: Any) -> dict[str, Any] | None:
         "loss": type(loss).__name__,
         "loss_config": _arguments(loss),
         "metrics": [m.name for m in getattr(model, "compiled_metrics", [])],
-        "weighted_metrics": list(getattr(model, "_weighted_metric_names", [])),
+        "weighted_metrics": model.weighted_metric_names,
     }
 
 
-def save_model(model: Layer, path: str) -> None:
+def save_model(model: Layer, path: str, overwrite: bool = True) -> None:
     """Write ``model`` (config, compile arguments and weights) to the HDF5 file ``path``.
 
+    Args:
+        model: The model.
+        path: The file.
+        overwrite: Replace an existing file; False raises instead (see `Model.save`).
+
     Raises:
+        CheckpointWriteError: ``overwrite`` is False and ``path`` exists, or writing failed
+            (on every rank).
         ValueError: The model (or a layer) has no config: a subclassed model without
             ``get_config``, or an argument such as a Python callable that cannot be saved.
     """
@@ -105,12 +140,16 @@ def save_model(model: Layer, path: str) -> None:
     compile_config = _compile_config(model)
     if compile_config is not None:
         attrs["compile_config"] = json.dumps(compile_config)
-    _write(path, _MODEL, model, attrs)
+    _write(path, _MODEL, model, attrs, overwrite)
 
 
-def save_weights(model: Layer, path: str) -> None:
-    """Write every weight of ``model`` to the HDF5 file ``path``."""
-    _write(path, _WEIGHTS, model, {})
+def save_weights(model: Layer, path: str, overwrite: bool = True) -> None:
+    """Write every weight of ``model`` to the HDF5 file ``path`` (``overwrite`` as `save_model`).
+
+    Raises:
+        CheckpointWriteError: ``overwrite`` is False and ``path`` exists, or writing failed.
+    """
+    _write(path, _WEIGHTS, model, {}, overwrite)
 
 
 def _read(path: str) -> tuple[dict[str, Any], list[np.ndarray]]:

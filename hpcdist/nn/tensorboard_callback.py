@@ -17,6 +17,7 @@ from typing import Any
 from hpcdist.nn import event_writer
 from hpcdist.nn.callback_base import Callback, is_chief
 from hpcdist.nn.event_writer import EventWriter
+from hpcdist.strategies import ParameterServerStrategy
 
 __all__ = ["TensorBoard"]
 
@@ -72,7 +73,7 @@ class TensorBoard(Callback):
 
     def _asynchronous(self) -> bool:
         """Steps are scheduled, not run, when the batch hook is called (parameter servers)."""
-        return bool(getattr(self.model.distribute_strategy, "_is_parameter_server", False))
+        return isinstance(self.model.distribute_strategy, ParameterServerStrategy)
 
     def _writer(self, run: str) -> Any:
         if run not in self._writers:
@@ -127,10 +128,10 @@ class TensorBoard(Callback):
 
         A collective under MPI: every rank reads it at the same point.
         """
-        tracker = getattr(self.model, "_loss_tracker", None)
+        tracker = getattr(self.model, "loss_tracker", None)
         if tracker is None:
             return None
-        with self.model._scope():
+        with self.model.strategy_scope():
             return float(tracker.count.numpy())
 
     def on_train_end(self, logs: dict | None = None) -> None:

@@ -1,33 +1,106 @@
-"""The global seed and TF's rule for the seeds of each random operation (``random.get_seed``).
+"""hpcdist's one seed system: the global seed, TF's operation seeds, and every generator.
 
-Lives below every layer that draws random numbers (datasets, ``hd.random``, initializers):
-`set_global_seed` is what ``hd.random.set_seed`` records, and `get_seed` gives an operation its
-(global, operation) seed pair with TF's numbers.
+Lives below every layer that draws random numbers (datasets, ``hd.random``, initializers and
+dropout), so one call seeds them all, as in TF (``tf.random.set_seed``) and Keras
+(``keras.utils.set_random_seed``):
+
+* `set_global_seed` is what ``hd.random.set_seed`` and ``hd.nn.set_random_seed`` call. It
+  records the global seed, restarts the sequence of operation seeds (`get_seed`, TF's numbers),
+  and reseeds the generators below.
+* `random_generator` is ``hd.random``'s generator for draws without an operation seed, and
+  `operation_generator` the one of each operation seed (its draws continue call after call).
+* `initializer_generator` draws initial weights and dropout seeds (`hpcdist.nn.initializers`).
+  It starts as ``default_rng(0)`` (model construction is reproducible even without a seed, as
+  it always was) and becomes ``default_rng(seed)`` after `set_global_seed`.
+
+``set_global_seed(None)`` unsets the global seed and puts every generator back as it was at
+import: unseeded draws are nondeterministic again, initializers start from ``default_rng(0)``.
 """
 
 from __future__ import annotations
 
 import random
 
-__all__ = ["DEFAULT_GRAPH_SEED", "MAXINT32", "get_seed", "global_seed", "set_global_seed"]
+import numpy as np
+
+__all__ = [
+    "DEFAULT_GRAPH_SEED",
+    "MAXINT32",
+    "get_seed",
+    "global_seed",
+    "initializer_generator",
+    "operation_generator",
+    "random_generator",
+    "set_global_seed",
+]
 
 #: TF's DEFAULT_GRAPH_SEED: an operation seed without a global seed pairs with it.
 DEFAULT_GRAPH_SEED = 87654321
 MAXINT32 = 2**31 - 1
+#: The initializers' seed when no global seed is set.
+_INITIALIZER_DEFAULT_SEED = 0
 
-_state: dict[str, object] = {"seed": None, "ops": None}
+
+class _Seeds:
+    """All random state of the process (one instance, `_seeds`)."""
+
+    def __init__(self) -> None:
+        self.seed: int | None = None
+        self.ops: random.Random | None = None  # the sequence of operation seeds
+        self.draws = np.random.default_rng()
+        self.per_operation: dict[int, np.random.Generator] = {}
+        self.initializers = np.random.default_rng(_INITIALIZER_DEFAULT_SEED)
+
+
+_seeds = _Seeds()
 
 
 def set_global_seed(seed: int | None) -> None:
-    """Record the global seed and restart the sequence of operation seeds (None unsets it)."""
-    _state["seed"] = None if seed is None else int(seed)
-    # TF's eager context draws the seeds of unseeded operations from Python's generator
-    _state["ops"] = None if seed is None else random.Random(int(seed))
+    """Seed everything (``tf.random.set_seed``); None unsets the seed.
+
+    Records the global seed, restarts the sequence of operation seeds, and reseeds
+    ``hd.random``'s generators and the initializers' generator (see the module's docstring).
+    """
+    if seed is None:
+        _seeds.seed, _seeds.ops = None, None
+        _seeds.draws = np.random.default_rng()
+        _seeds.initializers = np.random.default_rng(_INITIALIZER_DEFAULT_SEED)
+    else:
+        _seeds.seed = int(seed)
+        # TF's eager context draws the seeds of unseeded operations from Python's generator
+        _seeds.ops = random.Random(int(seed))
+        _seeds.draws = np.random.default_rng([int(seed)])
+        _seeds.initializers = np.random.default_rng(int(seed))
+    _seeds.per_operation.clear()
 
 
 def global_seed() -> int | None:
     """The global seed, or None."""
-    return _state["seed"]  # type: ignore[return-value]
+    return _seeds.seed
+
+
+def random_generator() -> np.random.Generator:
+    """The generator of ``hd.random`` draws without an operation seed."""
+    return _seeds.draws
+
+
+def operation_generator(op_seed: int) -> np.random.Generator:
+    """The generator of operation seed ``op_seed`` (its draws continue call after call).
+
+    Made on first use from (global seed, ``op_seed``), or (`DEFAULT_GRAPH_SEED`, ``op_seed``)
+    without a global seed; `set_global_seed` forgets them all.
+    """
+    op_seed = int(op_seed)
+    generator = _seeds.per_operation.get(op_seed)
+    if generator is None:
+        base = DEFAULT_GRAPH_SEED if _seeds.seed is None else _seeds.seed
+        generator = _seeds.per_operation[op_seed] = np.random.default_rng([base, op_seed])
+    return generator
+
+
+def initializer_generator() -> np.random.Generator:
+    """The generator of initial weights and dropout seeds."""
+    return _seeds.initializers
 
 
 def get_seed(op_seed: int | None) -> tuple[int | None, int | None]:
@@ -46,10 +119,10 @@ def get_seed(op_seed: int | None) -> tuple[int | None, int | None]:
     Returns:
         ``(global seed, operation seed)``, or ``(None, None)``.
     """
-    seed = global_seed()
+    seed = _seeds.seed
     if seed is not None:
         if op_seed is None:
-            op_seed = _state["ops"].randint(0, MAXINT32)  # type: ignore[union-attr]
+            op_seed = _seeds.ops.randint(0, MAXINT32)  # type: ignore[union-attr]
         seeds = (seed % MAXINT32, int(op_seed) % MAXINT32)
     elif op_seed is not None:
         seeds = (DEFAULT_GRAPH_SEED, int(op_seed) % MAXINT32)

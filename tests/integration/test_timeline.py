@@ -7,7 +7,7 @@ import subprocess
 import sys
 from collections import defaultdict
 
-from hpcdist.timeline_summary import load_trace, summarize
+from hpcdist.cli.timeline_summary import load_trace, summarize
 from tests.helpers import ROOT, clean_env, run_mpi
 
 JOB = "tests/integration/scripts/timeline_job.py"

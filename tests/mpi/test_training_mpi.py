@@ -1,9 +1,12 @@
 """Training under MultiWorkerMirroredStrategy equals one process on the same global batches."""
 
+import errno
+
 import numpy as np
 import pytest
 
 import hpcdist as hd
+from hpcdist.checkpoint import CheckpointWriteError
 from tests import training_cases as cases
 
 pytestmark = pytest.mark.mpi(min_size=2)
@@ -43,3 +46,13 @@ def test_invalid_batch_size_raises_on_every_rank(strategy):
         model.fit(x[:0], y[:0], verbose=0)
     model.fit(x, y, batch_size=10, verbose=0)  # the ranks are still in step
     assert model.optimizer.iterations.numpy() == 2
+
+
+def test_save_without_overwrite_raises_on_every_rank(strategy, comm, tmp_path):
+    path = comm.broadcast_object(str(tmp_path / "model.h5"), root=0)  # the chief's file
+    model = cases.build(strategy)
+    model.save(path)
+    with pytest.raises(CheckpointWriteError, match="overwrite=False") as raised:
+        model.save(path, overwrite=False)
+    assert raised.value.errno == errno.EEXIST  # the chief's errno reaches every rank
+    model.save(path, overwrite=True)
