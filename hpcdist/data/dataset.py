@@ -7,8 +7,6 @@ nothing until used. Cardinality follows TF: a count, `INFINITE` or `UNKNOWN`.
 
 from __future__ import annotations
 
-import queue
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -16,6 +14,7 @@ import numpy as np
 
 from hpcdist.data.dataset_options import Options
 from hpcdist.data.nest import flatten, map_structure
+from hpcdist.data.prefetch import Prefetcher
 from hpcdist.utils.seeds import get_seed
 
 __all__ = ["INFINITE", "UNKNOWN", "Dataset"]
@@ -256,7 +255,7 @@ class Dataset:
         """Produce up to ``buffer_size`` elements ahead on a background thread."""
         source = self
         size = max(1, buffer_size if buffer_size != -1 else 2)
-        return self._derive(lambda: _Prefetcher(iter(source), size), self._cardinality)
+        return self._derive(lambda: Prefetcher(iter(source), size), self._cardinality)
 
     def cache(self, filename: str = "") -> Dataset:
         """Keep the elements of the first complete iteration in memory and replay them after.
@@ -319,45 +318,3 @@ class Dataset:
 
     def __repr__(self) -> str:
         return f"Dataset(cardinality={self._cardinality})"
-
-
-class _Prefetcher:
-    """Iterator that fills a bounded queue from a background thread."""
-
-    _END = object()
-
-    def __init__(self, source: Iterator[Any], size: int) -> None:
-        self._queue: queue.Queue = queue.Queue(maxsize=size)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._fill, args=(source,), daemon=True)
-        self._thread.start()
-
-    def _fill(self, source: Iterator[Any]) -> None:
-        try:
-            for element in source:
-                while not self._stop.is_set():
-                    try:
-                        self._queue.put((element, None), timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if self._stop.is_set():
-                    return
-            self._queue.put((self._END, None))
-        except BaseException as exc:  # re-raised in the consumer's thread
-            self._queue.put((self._END, exc))
-
-    def __iter__(self) -> _Prefetcher:
-        return self
-
-    def __next__(self) -> Any:
-        element, error = self._queue.get()
-        if element is self._END:
-            self._stop.set()
-            if error is not None:
-                raise error
-            raise StopIteration
-        return element
-
-    def __del__(self) -> None:
-        self._stop.set()

@@ -72,16 +72,19 @@ class _OptionsBase:
     def _merged(self, other: _OptionsBase) -> _OptionsBase:
         out = type(self)()
         for name in self._FIELDS:
-            source = other if name in other._set else self
+            source: _OptionsBase = other if name in other._set else self
             if name in source._set:
                 setattr(out, name, getattr(source, name))
         for name in self._NESTED:
-            object.__setattr__(out, name, getattr(self, name)._merged(getattr(other, name)))
+            nested: _OptionsBase = getattr(self, name)
+            object.__setattr__(out, name, nested._merged(getattr(other, name)))
         return out
 
     def _state(self) -> dict[str, Any]:
         state = {name: getattr(self, name) for name in self._FIELDS}
-        state.update({name: getattr(self, name)._state() for name in self._NESTED})
+        for name in self._NESTED:
+            nested: _OptionsBase = getattr(self, name)
+            state[name] = nested._state()
         return state
 
     def __eq__(self, other: object) -> bool:

@@ -164,7 +164,7 @@ class DistributedDataset:
             )
         if self._shard_across_workers:
             pieces = balanced_split(rows.pop(), self._strategy.num_replicas_in_sync)
-            ids = list(self._strategy._replica_ids())
+            ids = list(self._strategy.extended.local_replica_ids)
         else:  # AutoShardPolicy.OFF: every worker keeps the whole batch for its own replicas
             pieces = balanced_split(rows.pop(), self._strategy.extended.local_replicas)
             ids = list(range(len(pieces)))
@@ -177,6 +177,11 @@ class DistributedDataset:
             )
             for i in ids
         ]
+
+    @property
+    def dataset(self) -> Any:
+        """The dataset this distributes."""
+        return self._dataset
 
     def __iter__(self) -> DistributedIterator:
         return DistributedIterator(self._strategy, iter(self._dataset), self._split)
@@ -203,6 +208,11 @@ class DatasetsFromFunction:
         )
         self._dataset = dataset_fn(self.input_context)
         self._options = options
+
+    @property
+    def dataset(self) -> Any:
+        """This worker's dataset, made by ``dataset_fn``."""
+        return self._dataset
 
     def __iter__(self) -> PerReplicaIterator:
         return PerReplicaIterator(self._strategy, iter(self._dataset))

@@ -111,7 +111,7 @@ def run_local_replicas(
         The first replica's error, after every replica has been unwound.
         RuntimeError: Some replicas finished while others wait in ``merge_call``.
     """
-    first_id = strategy._replica_ids()[0]
+    first_id = strategy.extended.local_replica_ids[0]
     threads = [
         _ReplicaThread(strategy, first_id + i, fn, a, k, strategy.extended.worker_devices[i])
         for i, (a, k) in enumerate(per_replica_args)

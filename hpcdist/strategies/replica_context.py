@@ -15,7 +15,7 @@ from hpcdist.strategies.values import PerReplica, local_results
 if TYPE_CHECKING:
     from hpcdist.strategies.strategy import Strategy
 
-__all__ = ["ReplicaContext"]
+__all__ = ["ReplicaContext", "check_axis"]
 
 _REPLICA_OPS = (ReduceOp.SUM, ReduceOp.MEAN, ReduceOp.MIN, ReduceOp.MAX)
 
@@ -74,7 +74,7 @@ class ReplicaContext:
         comm = self._strategy.extended.communicator
         out = []
         for leaf in leaves:
-            ax = _check_axis(axis, leaf.ndim)
+            ax = check_axis(axis, leaf.ndim)
             if comm is None:
                 out.append(leaf.copy())
             else:
@@ -101,7 +101,12 @@ class ReplicaContext:
         )
 
 
-def _check_axis(axis: int, ndim: int) -> int:
+def check_axis(axis: int, ndim: int) -> int:
+    """``axis`` as a non-negative index into a value of rank ``ndim`` (a scalar has axis 0).
+
+    Raises:
+        ValueError: ``axis`` is not an integer in ``[-ndim, max(ndim, 1))``.
+    """
     if not isinstance(axis, (int, np.integer)) or not -ndim <= axis < max(ndim, 1):
         raise ValueError(f"axis {axis!r} is out of range for a value of rank {ndim}")
     return int(axis) % max(ndim, 1)
@@ -116,10 +121,9 @@ def _merge_all_reduce(strategy: Strategy, op: ReduceOp, value: Any) -> Any:
     per_replica = local_results(value)
     structure = per_replica[0]
     columns = list(zip(*(flatten(v) for v in per_replica), strict=True))
-    partials = [
-        strategy._local_combine(op, PerReplica([np.asarray(c) for c in col])) for col in columns
-    ]
-    reduced = strategy._cross_worker(op, partials, [len(per_replica)] * len(partials))
+    ext = strategy.extended
+    partials = [ext.combine_local(op, PerReplica([np.asarray(c) for c in col])) for col in columns]
+    reduced = ext.reduce_across_workers(op, partials, [len(per_replica)] * len(partials))
     return PerReplica(
         [
             pack_sequence_as(structure, [r.copy() for r in reduced])

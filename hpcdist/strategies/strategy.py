@@ -1,9 +1,8 @@
 """`Strategy`: the cross-replica API shared by every strategy (``tf.distribute.Strategy``).
 
-A strategy has ``num_workers`` workers (MPI ranks) with ``local_replicas`` replicas each;
-replica ``worker_index * local_replicas + local_id`` is its id in the sync group. The
-`StrategyExtended` holds the topology and the `hpcdist.comm.Communicator` used across workers
-(None when there is one worker).
+A strategy's topology, its `hpcdist.comm.Communicator` and the two steps of every reduction
+live in its `StrategyExtended` (``strategy.extended``, `hpcdist.strategies.extended`); this
+module builds TF's ``run``, ``reduce``, ``gather`` and input methods on them.
 """
 
 from __future__ import annotations
@@ -15,19 +14,16 @@ from typing import Any
 import numpy as np
 
 from hpcdist import timeline
-from hpcdist.comm import Communicator
 from hpcdist.comm.reduce_op import ReduceOp
 from hpcdist.core import context
-from hpcdist.core.variables import LocalStorage
 from hpcdist.data.nest import flatten, map_structure
-from hpcdist.strategies.cross_device_ops import CrossDeviceOps, ReductionToOneDevice
+from hpcdist.strategies.extended import StrategyExtended
 from hpcdist.strategies.input import DatasetsFromFunction, DistributedDataset
 from hpcdist.strategies.mirrored_run import group_replica_values, run_local_replicas
-from hpcdist.strategies.replica_context import ReplicaContext, _check_axis
-from hpcdist.strategies.values import DistributedValues, PerReplica, local_results
+from hpcdist.strategies.replica_context import ReplicaContext, check_axis
+from hpcdist.strategies.values import DistributedValues, PerReplica
 from hpcdist.strategies.variables import (
     MirroredVariable,
-    SyncOnReadVariable,
     create_variable,
 )
 from hpcdist.utils.xp import as_array, device_scope, to_numpy
@@ -49,69 +45,6 @@ class ValueContext:
             f"ValueContext(replica_id_in_sync_group={self.replica_id_in_sync_group}, "
             f"num_replicas_in_sync={self.num_replicas_in_sync})"
         )
-
-
-class StrategyExtended:
-    """Topology and communication of a strategy (``strategy.extended``).
-
-    Args:
-        strategy: The owning strategy.
-        communicator: Carries cross-worker traffic; None for a single worker.
-        devices: Device names of the local replicas (one replica each).
-        cross_device_ops: Combines the local replicas' values.
-    """
-
-    def __init__(
-        self,
-        strategy: Strategy,
-        communicator: Communicator | None,
-        devices: tuple[str, ...] = ("cpu:0",),
-        cross_device_ops: CrossDeviceOps | None = None,
-    ) -> None:
-        self._strategy = strategy
-        self.communicator = communicator
-        self.local_replicas = len(devices)
-        self.worker_devices = tuple(devices)
-        self.cross_device_ops = cross_device_ops or ReductionToOneDevice()
-        self.num_workers = 1 if communicator is None else communicator.size
-        self.worker_index = 0 if communicator is None else communicator.rank
-
-    @property
-    def should_checkpoint(self) -> bool:
-        """Whether this worker writes checkpoints (the chief)."""
-        return self.worker_index == 0
-
-    def make_storage(self, value: np.ndarray, synchronization: Any) -> list:
-        """Storage of a new distributed variable: one `LocalStorage` per local replica."""
-        del synchronization
-        return [LocalStorage(value, device) for device in self.worker_devices]
-
-    def reduce_to(self, reduce_op: ReduceOp | str, value: Any, destinations: Any = None) -> Any:
-        """Reduce a distributed value across all replicas (the result is the same everywhere)."""
-        del destinations
-        return self._strategy.reduce(reduce_op, value, axis=None)
-
-    def batch_reduce_to(self, reduce_op: ReduceOp | str, value_destination_pairs: Any) -> list:
-        """`reduce_to` for several ``(value, destinations)`` pairs, fused into one collective."""
-        op = ReduceOp.parse(reduce_op)
-        strategy = self._strategy
-        partials, counts = [], []
-        for value, _ in value_destination_pairs:
-            parts = strategy._components(value)
-            # TF: a non-distributed value counts as one replica's value (MEAN returns it).
-            if parts is None:
-                partials.append(as_array(value))
-                counts.append(1)
-            else:
-                partials.append(strategy._local_combine(op, PerReplica(parts)))
-                counts.append(len(parts))
-        return strategy._cross_worker(op, partials, counts)
-
-    def update(
-        self, var: Any, fn: Callable[..., Any], args: tuple = (), kwargs: dict | None = None
-    ):
-        """Run ``fn(var, *args, **kwargs)`` (on each local copy of ``var``)."""
-        return fn(var, *args, **(kwargs or {}))
 
 
 class Strategy:
@@ -185,11 +118,6 @@ class Strategy:
         """The cluster resolver, or None for single-process strategies."""
         return getattr(self, "_cluster_resolver", None)
 
-    def _replica_ids(self) -> range:
-        ext = self.extended
-        first = ext.worker_index * ext.local_replicas
-        return range(first, first + ext.local_replicas)
-
     # -- running ------------------------------------------------------------------------------
 
     def run(self, fn: Callable[..., Any], args: Any = (), kwargs: dict[str, Any] | None = None):
@@ -208,7 +136,7 @@ class Strategy:
                 f"`args` to strategy.run must be a tuple or list, got {type(args).__name__}"
             )
         kwargs = kwargs or {}
-        if timeline._recorder is not None:
+        if timeline.active():
             with timeline.span("step", "strategy.run", replicas=self.num_replicas_in_sync):
                 return self._run(fn, args, kwargs)
         return self._run(fn, args, kwargs)
@@ -219,7 +147,7 @@ class Strategy:
             for i in range(self.extended.local_replicas)
         ]
         if len(per_replica) == 1:
-            context.push(self, ReplicaContext(self, self._replica_ids()[0]))
+            context.push(self, ReplicaContext(self, self.extended.local_replica_ids[0]))
             try:
                 with device_scope(self.extended.worker_devices[0]):
                     return fn(*per_replica[0][0], **per_replica[0][1])
@@ -237,15 +165,15 @@ class Strategy:
         structure (tuple, dict) holding such values gives one structure per replica; any other
         value gives ``(value,)``.
         """
-        parts = self._components(value, copies=True)
+        parts = self.extended.local_components(value, copies=True)
         if parts is not None:
             return tuple(parts)
         leaves = flatten(value)
-        if all(self._components(leaf) is None for leaf in leaves):
+        if all(self.extended.local_components(leaf) is None for leaf in leaves):
             return (value,)
 
         def component(leaf: Any, index: int) -> Any:
-            leaf_parts = self._components(leaf, copies=True)
+            leaf_parts = self.extended.local_components(leaf, copies=True)
             return leaf if leaf_parts is None else leaf_parts[index]
 
         return tuple(
@@ -255,60 +183,11 @@ class Strategy:
 
     def experimental_distribute_values_from_function(self, value_fn: Callable[[ValueContext], Any]):
         """Call ``value_fn(ValueContext)`` once per local replica."""
-        values = [value_fn(ValueContext(i, self.num_replicas_in_sync)) for i in self._replica_ids()]
+        ids = self.extended.local_replica_ids
+        values = [value_fn(ValueContext(i, self.num_replicas_in_sync)) for i in ids]
         return values[0] if len(values) == 1 else PerReplica(values)
 
     # -- cross-replica reductions ----------------------------------------------------------
-
-    def _components(self, value: Any, copies: bool = False) -> tuple[Any, ...] | None:
-        """The local replicas' components of a distributed ``value``; None for any other value.
-
-        Distributed values are `PerReplica`/`Mirrored` values and, where
-        `variables_per_replica`, this strategy's distributed variables: their live arrays, or
-        with ``copies`` their `ReplicaCopy` variables.
-        """
-        if isinstance(value, DistributedValues):
-            return value.values
-        if (
-            self.variables_per_replica
-            and isinstance(value, (MirroredVariable, SyncOnReadVariable))
-            and value.distribute_strategy is self
-        ):
-            return value._replica_copies() if copies else value.values
-        return None
-
-    def _local_combine(self, op: ReduceOp, value: Any) -> np.ndarray:
-        """Combine the local replicas' values (SUM for MEAN: the division comes later)."""
-        parts = local_results(value)
-        if len(parts) == 1:
-            return as_array(parts[0])
-        wire = ReduceOp.SUM if op is ReduceOp.MEAN else op
-        return self.extended.cross_device_ops.reduce(wire, PerReplica(parts)).values[0]
-
-    def _cross_worker(
-        self, op: ReduceOp, partials: list[np.ndarray], counts: list[int] | None = None
-    ) -> list[np.ndarray]:
-        """Reduce each worker's partial results; MEAN divides by the values that went in.
-
-        ``counts[i]`` is how many values each worker combined into ``partials[i]`` (default: its
-        local replicas).
-        """
-        comm = self.extended.communicator
-        wire = ReduceOp.SUM if op is ReduceOp.MEAN else op
-        if comm is None:
-            out = [p.copy() for p in partials]
-        elif len(partials) == 1:  # the common case: one value, the latency-optimised path
-            out = [comm.allreduce(partials[0], wire)]
-        else:
-            out = comm.grouped_allreduce(partials, wire)
-        if op is ReduceOp.MEAN:
-            counts = counts or [self.extended.local_replicas] * len(out)
-            workers = self.extended.num_workers
-            out = [
-                o / (c * workers) if o.dtype.kind in "fc" else o // (c * workers)
-                for o, c in zip(out, counts, strict=True)
-            ]
-        return out
 
     def _agree(self, error: Exception | None) -> None:
         """Raise ``error`` here and a matching error on every other worker (no rank hangs)."""
@@ -345,33 +224,35 @@ class Strategy:
         op = ReduceOp.parse(reduce_op)
         if op not in _STRATEGY_OPS:
             raise ValueError(f"strategy.reduce supports SUM, MEAN, MIN and MAX, got {op.name}")
-        parts = self._components(value)
+        ext = self.extended
+        parts = ext.local_components(value)
         if axis is None:
             if parts is None:
                 return self._reduce_plain(op, value)
             if isinstance(value, MirroredVariable):
                 return self._reduce_mirrored_variable(op, value)
             # combined where the values live (GPU replicas: on the GPUs)
-            return to_numpy(self._cross_worker(op, [self._local_combine(op, PerReplica(parts))])[0])
+            local = ext.combine_local(op, PerReplica(parts))
+            return to_numpy(ext.reduce_across_workers(op, [local])[0])
         # With an axis a non-distributed value counts once per local replica (TF runs the
         # per-replica sum on each replica, then reduces those).
-        copies = 1 if parts is not None else self.extended.local_replicas
+        copies = 1 if parts is not None else ext.local_replicas
         parts = [to_numpy(v) for v in (parts if parts is not None else (value,))]
         error = None
         try:
-            axes = [_check_axis(axis, p.ndim) for p in parts]
+            axes = [check_axis(axis, p.ndim) for p in parts]
         except ValueError as exc:
             error = exc
         self._agree(error)
         if op is ReduceOp.SUM:
             local = sum(p.sum(axis=a) for p, a in zip(parts, axes, strict=True)) * copies
-            return self._cross_worker(op, [np.asarray(local)])[0]
+            return ext.reduce_across_workers(op, [np.asarray(local)])[0]
         if op is ReduceOp.MEAN:
             total = sum(p.sum(axis=a, dtype=np.float64) for p, a in zip(parts, axes, strict=True))
             count = np.array(
                 [sum(p.shape[a] for p, a in zip(parts, axes, strict=True))], np.float64
             )
-            total, count = self._cross_worker(ReduceOp.SUM, [np.asarray(total), count])
+            total, count = ext.reduce_across_workers(ReduceOp.SUM, [np.asarray(total), count])
             return (total / count[0]).astype(np.result_type(parts[0].dtype, np.float32))
         fn = np.min if op is ReduceOp.MIN else np.max
         ident = _identity(op, parts[0].dtype)
@@ -379,7 +260,7 @@ class Strategy:
             fn(p, axis=a) if p.shape[a] else np.full(_drop(p.shape, a), ident, p.dtype)
             for p, a in zip(parts, axes, strict=True)
         ]
-        return self._cross_worker(op, [self._local_combine(op, PerReplica(local))])[0]
+        return ext.reduce_across_workers(op, [ext.combine_local(op, PerReplica(local))])[0]
 
     def _reduce_plain(self, op: ReduceOp, value: Any) -> np.ndarray:
         """`reduce` of a non-distributed value with ``axis=None`` (TF's rule, see `reduce`)."""
@@ -424,11 +305,11 @@ class Strategy:
         A distributed variable gives its copies; a non-distributed value is this worker's
         value once (TF's rule).
         """
-        parts = self._components(value)
+        parts = self.extended.local_components(value)
         parts = [to_numpy(v) for v in (parts if parts is not None else (value,))]
         error = None
         try:
-            ax = _check_axis(axis, parts[0].ndim)
+            ax = check_axis(axis, parts[0].ndim)
         except ValueError as exc:
             error = exc
         self._agree(error)

@@ -57,7 +57,12 @@ class _DistributedVariable(Variable):
         """The local copies (live arrays, one per local replica)."""
         return tuple(s.read() for s in self._storage)
 
-    def _replica_copies(self) -> tuple[ReplicaCopy, ...]:
+    @property
+    def storages(self) -> tuple[Storage, ...]:
+        """Each local replica's storage, in local order (one shared object may repeat)."""
+        return tuple(self._storage)
+
+    def replica_copies(self) -> tuple[ReplicaCopy, ...]:
         """One `ReplicaCopy` per local replica (the same objects on every call)."""
         if self._copies is None:
             self._copies = tuple(ReplicaCopy(self, i) for i in range(len(self._storage)))
@@ -79,7 +84,7 @@ class _DistributedVariable(Variable):
         ctx = context.get_replica_context()
         if ctx is None or ctx.strategy is not self._strategy:
             return None
-        return ctx.replica_id_in_sync_group - self._strategy._replica_ids()[0]
+        return ctx.replica_id_in_sync_group - self._strategy.extended.local_replica_ids[0]
 
 
 class ReplicaCopy(Variable):
@@ -98,7 +103,7 @@ class ReplicaCopy(Variable):
 
     def __init__(self, container: _DistributedVariable, index: int) -> None:
         self._container = container
-        self._storage = [container._storage[index]]
+        self._storage = [container.storages[index]]
         self.name = container.name if index == 0 else f"{container.name}/replica_{index}"
         self.trainable = container.trainable
         self.synchronization = container.synchronization
@@ -145,7 +150,26 @@ class MirroredVariable(_DistributedVariable):
                 "context (e.g. inside merge_call)"
             )
         ctx = context.get_replica_context()
-        ctx.merge_call(_merge_update, args=(self, value, is_delta, negate))
+        ctx.merge_call(self._merge_update, args=(value, is_delta, negate))
+
+    def _merge_update(self, strategy: Strategy, value: Any, is_delta: bool, negate: bool) -> None:
+        """Cross-replica half of a replica-context update (``merge_call``'s function)."""
+        agg = self.aggregation
+        if agg is VariableAggregation.ONLY_FIRST_REPLICA:
+            first = to_numpy(local_results(value)[0])
+            comm = strategy.extended.communicator
+            reduced = first if comm is None else comm.broadcast(first, root=0)
+        else:
+            op = ReduceOp.SUM if agg is VariableAggregation.SUM else ReduceOp.MEAN
+            reduced = strategy.reduce(op, value, axis=None)
+        reduced = to_numpy(reduced).astype(self.dtype, copy=False)
+        if negate:
+            reduced = -reduced
+        for storage in self._unique_storage():
+            if is_delta:
+                storage.add(reduced)
+            else:
+                storage.write(reduced)
 
     def assign(self, value: Any, read_value: bool = True) -> Any:
         """Set the value (aggregated across replicas in replica context)."""
@@ -169,28 +193,6 @@ class MirroredVariable(_DistributedVariable):
         if self._local_index() is None and len(self._storage) > 1:
             return Mirrored([s.read().copy() for s in self._storage])
         return self.read_value()
-
-
-def _merge_update(
-    strategy: Strategy, var: MirroredVariable, value: Any, is_delta: bool, negate: bool
-) -> None:
-    """Cross-replica half of a replica-context update of a mirrored variable."""
-    agg = var.aggregation
-    if agg is VariableAggregation.ONLY_FIRST_REPLICA:
-        first = to_numpy(local_results(value)[0])
-        comm = strategy.extended.communicator
-        reduced = first if comm is None else comm.broadcast(first, root=0)
-    else:
-        op = ReduceOp.SUM if agg is VariableAggregation.SUM else ReduceOp.MEAN
-        reduced = strategy.reduce(op, value, axis=None)
-    reduced = to_numpy(reduced).astype(var.dtype, copy=False)
-    if negate:
-        reduced = -reduced
-    for storage in var._unique_storage():
-        if is_delta:
-            storage.add(reduced)
-        else:
-            storage.write(reduced)
 
 
 class SyncOnReadVariable(_DistributedVariable):
