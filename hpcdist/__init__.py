@@ -6,11 +6,15 @@ The package is lazy (PEP 562): ``import hpcdist`` loads nothing else, and each n
 its subpackage on first use, so ``import hpcdist.comm`` costs mpi4py and numpy only, never
 h5py or the models. The layers and what each may import: ``docs/architecture.md``.
 
+The public names are listed once, in `_SUBPACKAGES`, `_MODULES` and `_NAMES`; ``__all__``,
+the lazy lookup and ``dir()`` are derived from them.
+
 TensorFlow's core names live here too (``hd.function``, ``hd.Variable``, ``hd.constant``,
 ``hd.cast``, ``hd.float32``, ``hd.random``, ``hd.config``, ``hd.latest_checkpoint``, ...): the
 mapping from TF's names is in ``docs/porting.md``.
 """
 
+# ruff: noqa: F401
 from __future__ import annotations
 
 import importlib
@@ -18,11 +22,15 @@ from typing import TYPE_CHECKING, Any
 
 from hpcdist._version import __version__
 
+# For static type checkers only (nothing runs): the names of the tables below, imported where
+# they are defined; tests/unit/test_root_names.py checks that both say the same. (ruff cannot
+# read the derived __all__, hence the file's F401 exemption.)
 if TYPE_CHECKING:
     from hpcdist import (
         checkpoint,
         cluster,
         comm,
+        compat,
         core,
         data,
         errors,
@@ -30,7 +38,8 @@ if TYPE_CHECKING:
         partitioners,
         settings,
         strategies,
-        tfcore,
+        tf_toplevel,
+        timeline,
         utils,
     )
     from hpcdist.checkpoint import (
@@ -127,268 +136,158 @@ if TYPE_CHECKING:
         has_strategy,
         in_cross_replica_context,
     )
-    from hpcdist.tfcore import config
-    from hpcdist.tfcore.function import Function, function
-    from hpcdist.tfcore.variable import Variable
+    from hpcdist.tf_toplevel import config
+    from hpcdist.tf_toplevel.function import Function, function
+    from hpcdist.tf_toplevel.variable import Variable
 
-_SUBPACKAGES = frozenset(
-    {
-        "checkpoint",
-        "cluster",
-        "comm",
-        "core",
-        "data",
-        "errors",
-        "nn",
-        "partitioners",
-        "settings",
-        "strategies",
-        "tfcore",
-        "timeline",
-        "utils",
-    }
+# hd.<name> -> the subpackage or module hpcdist.<name>
+_SUBPACKAGES = (
+    "checkpoint",
+    "cluster",
+    "comm",
+    "compat",
+    "core",
+    "data",
+    "errors",
+    "nn",
+    "partitioners",
+    "settings",
+    "strategies",
+    "tf_toplevel",
+    "timeline",
+    "utils",
 )
+# Loaded with a subpackage, so that its attribute exists as in TF: hd.compat.v1 (tf.compat.v1)
+_WITH_SUBPACKAGE = {"compat": "hpcdist.compat.v1"}
 
-# TF namespaces that are modules of another name: tf.random, tf.dtypes, tf.math, tf.config
+# TF namespaces that are modules of another name: tf.config, tf.dtypes, tf.math, tf.random
 _MODULES = {
-    "config": "hpcdist.tfcore.config",
+    "config": "hpcdist.tf_toplevel.config",
     "dtypes": "hpcdist.core.dtypes",
     "math": "hpcdist.core.math_ops",
     "random": "hpcdist.core.random",
 }
 
-_DTYPES = [
-    "as_dtype",
-    "bool",
-    "complex64",
-    "complex128",
-    "double",
-    "float16",
-    "float32",
-    "float64",
-    "half",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "string",
-    "uint8",
-    "uint16",
-    "uint32",
-    "uint64",
-]
-_MATH = [
-    "abs",
-    "add",
-    "add_n",
-    "cast",
-    "clip_by_value",
-    "divide",
-    "equal",
-    "exp",
-    "gather",
-    "greater",
-    "greater_equal",
-    "less",
-    "less_equal",
-    "log",
-    "matmul",
-    "maximum",
-    "multiply",
-    "negative",
-    "not_equal",
-    "reduce_mean",
-    "reduce_sum",
-    "reshape",
-    "sigmoid",
-    "sqrt",
-    "square",
-    "subtract",
-    "tanh",
-]
-
-# public name -> the module that defines it
+# module -> the public names the root takes from it
 _NAMES = {
-    **dict.fromkeys(
-        [
-            "Checkpoint",
-            "CheckpointManager",
-            "CheckpointOptions",
-            "PreemptionCheckpointHandler",
-            "latest_checkpoint",
-        ],
-        "hpcdist.checkpoint",
+    "hpcdist.checkpoint": (
+        "Checkpoint",
+        "CheckpointManager",
+        "CheckpointOptions",
+        "PreemptionCheckpointHandler",
+        "latest_checkpoint",
     ),
-    **dict.fromkeys(["GradientTape", "IndexedSlices", "Tensor"], "hpcdist.core"),
-    **dict.fromkeys(_DTYPES, "hpcdist.core.dtypes"),
-    **dict.fromkeys(_MATH, "hpcdist.core.math_ops"),
-    **dict.fromkeys(["constant", "convert_to_tensor"], "hpcdist.core.tensors"),
-    **dict.fromkeys(["InputContext", "InputOptions"], "hpcdist.data"),
-    **dict.fromkeys(["Function", "function"], "hpcdist.tfcore.function"),
-    "Variable": "hpcdist.tfcore.variable",
-    **dict.fromkeys(
-        ["CommunicationImplementation", "CommunicationOptions", "Communicator", "ReduceOp"],
-        "hpcdist.comm",
+    "hpcdist.comm": (
+        "CommunicationImplementation",
+        "CommunicationOptions",
+        "Communicator",
+        "ReduceOp",
     ),
-    **dict.fromkeys(
-        [
-            "CentralStorageStrategy",
-            "ClusterCoordinator",
-            "DefaultStrategy",
-            "HierarchicalCopyAllReduce",
-            "Mirrored",
-            "MirroredStrategy",
-            "MirroredVariable",
-            "MultiWorkerMirroredStrategy",
-            "NcclAllReduce",
-            "OneDeviceStrategy",
-            "ParameterServerStrategy",
-            "PerReplica",
-            "PerWorkerValues",
-            "ReductionToOneDevice",
-            "RemoteValue",
-            "RemoteValueStatus",
-            "ReplicaContext",
-            "ShardedVariable",
-            "SyncOnReadVariable",
-            "VariableAggregation",
-            "VariableSynchronization",
-            "experimental_set_strategy",
-            "get_replica_context",
-            "get_strategy",
-            "has_strategy",
-            "in_cross_replica_context",
-        ],
-        "hpcdist.strategies",
+    "hpcdist.core": ("GradientTape", "IndexedSlices", "Tensor"),
+    "hpcdist.core.dtypes": (
+        "as_dtype",
+        "bool",
+        "complex64",
+        "complex128",
+        "double",
+        "float16",
+        "float32",
+        "float64",
+        "half",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "string",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
     ),
+    "hpcdist.core.math_ops": (
+        "abs",
+        "add",
+        "add_n",
+        "cast",
+        "clip_by_value",
+        "divide",
+        "equal",
+        "exp",
+        "gather",
+        "greater",
+        "greater_equal",
+        "less",
+        "less_equal",
+        "log",
+        "matmul",
+        "maximum",
+        "multiply",
+        "negative",
+        "not_equal",
+        "reduce_mean",
+        "reduce_sum",
+        "reshape",
+        "sigmoid",
+        "sqrt",
+        "square",
+        "subtract",
+        "tanh",
+    ),
+    "hpcdist.core.tensors": ("constant", "convert_to_tensor"),
+    "hpcdist.data": ("InputContext", "InputOptions"),
+    "hpcdist.strategies": (
+        "CentralStorageStrategy",
+        "ClusterCoordinator",
+        "DefaultStrategy",
+        "HierarchicalCopyAllReduce",
+        "Mirrored",
+        "MirroredStrategy",
+        "MirroredVariable",
+        "MultiWorkerMirroredStrategy",
+        "NcclAllReduce",
+        "OneDeviceStrategy",
+        "ParameterServerStrategy",
+        "PerReplica",
+        "PerWorkerValues",
+        "ReductionToOneDevice",
+        "RemoteValue",
+        "RemoteValueStatus",
+        "ReplicaContext",
+        "ShardedVariable",
+        "SyncOnReadVariable",
+        "VariableAggregation",
+        "VariableSynchronization",
+        "experimental_set_strategy",
+        "get_replica_context",
+        "get_strategy",
+        "has_strategy",
+        "in_cross_replica_context",
+    ),
+    "hpcdist.tf_toplevel.function": ("Function", "function"),
+    "hpcdist.tf_toplevel.variable": ("Variable",),
 }
 
-__all__ = [
-    "CentralStorageStrategy",
-    "Checkpoint",
-    "CheckpointManager",
-    "CheckpointOptions",
-    "ClusterCoordinator",
-    "CommunicationImplementation",
-    "CommunicationOptions",
-    "Communicator",
-    "DefaultStrategy",
-    "Function",
-    "GradientTape",
-    "HierarchicalCopyAllReduce",
-    "IndexedSlices",
-    "InputContext",
-    "InputOptions",
-    "Mirrored",
-    "MirroredStrategy",
-    "MirroredVariable",
-    "MultiWorkerMirroredStrategy",
-    "NcclAllReduce",
-    "OneDeviceStrategy",
-    "ParameterServerStrategy",
-    "PerReplica",
-    "PerWorkerValues",
-    "PreemptionCheckpointHandler",
-    "ReduceOp",
-    "ReductionToOneDevice",
-    "RemoteValue",
-    "RemoteValueStatus",
-    "ReplicaContext",
-    "ShardedVariable",
-    "SyncOnReadVariable",
-    "Tensor",
-    "Variable",
-    "VariableAggregation",
-    "VariableSynchronization",
-    "__version__",
-    "abs",
-    "add",
-    "add_n",
-    "as_dtype",
-    "bool",
-    "cast",
-    "checkpoint",
-    "clip_by_value",
-    "cluster",
-    "comm",
-    "complex64",
-    "complex128",
-    "config",
-    "constant",
-    "convert_to_tensor",
-    "core",
-    "data",
-    "divide",
-    "double",
-    "dtypes",
-    "equal",
-    "errors",
-    "exp",
-    "experimental_set_strategy",
-    "float16",
-    "float32",
-    "float64",
-    "function",
-    "gather",
-    "get_replica_context",
-    "get_strategy",
-    "greater",
-    "greater_equal",
-    "half",
-    "has_strategy",
-    "in_cross_replica_context",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "latest_checkpoint",
-    "less",
-    "less_equal",
-    "log",
-    "math",
-    "matmul",
-    "maximum",
-    "multiply",
-    "negative",
-    "nn",
-    "not_equal",
-    "partitioners",
-    "random",
-    "reduce_mean",
-    "reduce_sum",
-    "reshape",
-    "settings",
-    "sigmoid",
-    "sqrt",
-    "square",
-    "strategies",
-    "string",
-    "subtract",
-    "tanh",
-    "tfcore",
-    "timeline",
-    "uint8",
-    "uint16",
-    "uint32",
-    "uint64",
-    "utils",
-]
+# public name -> the module that defines it
+_DEFINED_IN = {name: module for module, names in _NAMES.items() for name in names}
+
+__all__ = sorted({"__version__", *_SUBPACKAGES, *_MODULES, *_DEFINED_IN})
 
 
 def __getattr__(name: str) -> Any:
     if name in _SUBPACKAGES:
-        return importlib.import_module(f"hpcdist.{name}")
+        value = importlib.import_module(f"hpcdist.{name}")
+        if name in _WITH_SUBPACKAGE:
+            importlib.import_module(_WITH_SUBPACKAGE[name])
+        return value
     if name in _MODULES:
         value = importlib.import_module(_MODULES[name])
-        globals()[name] = value
-        return value
-    module = _NAMES.get(name)
-    if module is None:
+    elif name in _DEFINED_IN:
+        value = getattr(importlib.import_module(_DEFINED_IN[name]), name)
+    else:
         raise AttributeError(f"module 'hpcdist' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # later lookups skip __getattr__
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_NAMES, *_SUBPACKAGES, *_MODULES})
+    return sorted({*globals(), *__all__})

@@ -1,7 +1,8 @@
 """hpcdist's layers form a stack: no upward import, no cycle, no import inside a function.
 
 The rules (docs/architecture.md): foundation -> comm | core -> strategies -> checkpoint -> nn ->
-command line and root package. Each module's imports are read from its source with `ast`; an
+command line and root package. The layer table of docs/architecture.md is checked against
+`LAYERS` here. Each module's imports are read from its source with `ast`; an
 import counts where Python executes it (module level, or inside a function body), and a
 ``TYPE_CHECKING`` block does not count.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,11 +26,10 @@ LAYERS = {
     "hpcdist._version": 0,
     "hpcdist.errors": 0,
     "hpcdist.settings": 0,
-    "hpcdist.log": 0,
+    "hpcdist.logger": 0,
     "hpcdist.abort": 0,
     "hpcdist.exit_codes": 0,
     "hpcdist.timeline": 0,
-    "hpcdist.timeline_summary": 5,
     "hpcdist.utils": 0,
     "hpcdist.cluster": 0,
     "hpcdist.data": 0,
@@ -38,9 +39,8 @@ LAYERS = {
     "hpcdist.partitioners": 2,
     "hpcdist.checkpoint": 3,
     "hpcdist.nn": 4,
-    "hpcdist.info": 5,
     "hpcdist.cli": 5,
-    "hpcdist.restarts": 5,
+    "hpcdist.tf_toplevel": 5,
     "hpcdist.compat": 5,
     "hpcdist.__main__": 5,
     "hpcdist": 5,
@@ -52,7 +52,7 @@ SIBLINGS_APART = [("hpcdist.comm", "hpcdist.core")]
 OPTIONAL_ANYWHERE = ("cupy", "cupyx")
 LAZY_ALLOWED = {
     # `hpcdist run` and `bench` only start mpiexec/srun; `info` starts MPI when it runs.
-    ("hpcdist.cli", "hpcdist.info"),
+    ("hpcdist.cli.commands", "hpcdist.cli.info"),
     # Installed by `python -m hpcdist script.py` before the script, which may set mpi4py.rc.
     ("hpcdist.abort", "mpi4py"),
 }
@@ -219,3 +219,53 @@ def test_importing_a_layer_loads_nothing_above_it(statement, absent):
     assert out.returncode == 0, out.stderr
     loaded = set(out.stdout.split())
     assert not loaded & set(absent), f"{statement} loaded {sorted(loaded & set(absent))}"
+
+
+ARCHITECTURE = ROOT.parent / "docs" / "architecture.md"
+
+
+def documented_layers() -> dict[str, int]:
+    """{package or module: layer} as the layer table of docs/architecture.md states it."""
+    out: dict[str, int] = {}
+    rows = [line for line in ARCHITECTURE.read_text().splitlines() if line.startswith("| ")]
+    for row in rows:
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        if not cells[0][:1].isdigit():
+            continue  # the header row
+        layer = int(cells[0].split()[0])
+        for name in re.findall(r"`([^`]+)`", cells[1]):
+            module = "hpcdist" if name == "hpcdist" else f"hpcdist.{name}"
+            assert module not in out or out[module] == layer, f"{module} in two layers"
+            out[module] = layer
+    assert out, f"no layer table found in {ARCHITECTURE}"
+    return out
+
+
+def test_architecture_table_matches_layers():
+    documented = documented_layers()
+    bad = [f"{m}: not a module of hpcdist" for m in documented if m not in MODULES]
+    bad += [
+        f"{m}: layer {layer} in the doc, {layer_of(m)[1]} in LAYERS"
+        for m, layer in documented.items()
+        if m in MODULES and layer_of(m)[1] != layer
+    ]
+    bad += [
+        f"{m} (layer {layer}) is missing from the doc's table"
+        for m, layer in LAYERS.items()
+        if documented.get(m) != layer
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def test_architecture_doc_names_existing_modules():
+    text = ARCHITECTURE.read_text()
+    for topic in ("timeline", "restarts", "exit_codes", "seeds", "cli", "tf_toplevel"):
+        assert f"`{topic}`" in text or f".{topic}`" in text, f"the doc never names {topic}"
+    assert "## Raw MPI traffic and waiting" in text
+    bad = []
+    for path in set(re.findall(r"`(hpcdist(?:\.[A-Za-z_][A-Za-z0-9_]*)+)`", text)):
+        parts = path.split(".")
+        known = max(i for i in range(1, len(parts) + 1) if ".".join(parts[:i]) in MODULES)
+        if len(parts) - known > 1:  # a module, or one of its attributes
+            bad.append(path)
+    assert not bad, f"docs/architecture.md names modules that do not exist: {sorted(bad)}"

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from hpcdist import log
+from hpcdist import logger as log
 from hpcdist.settings import LOG_LEVELS, Settings
 
 

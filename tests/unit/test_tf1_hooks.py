@@ -35,7 +35,7 @@ from hpcdist.compat.v1.variables import (
     get_or_create_global_step,
     placeholder,
 )
-from hpcdist.log import get_logger
+from hpcdist.logger import get_logger
 
 
 class _Hooked:

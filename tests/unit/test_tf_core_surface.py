@@ -265,5 +265,5 @@ def test_root_names_load_lazily():
     assert not loaded & {"mpi4py", "h5py", "hpcdist.nn", "hpcdist.strategies", "hpcdist.comm"}
     names = set(dir(hd))
     assert {"function", "Variable", "constant", "latest_checkpoint", "random", "config"} <= names
-    assert hd.Variable.__module__ == "hpcdist.tfcore.variable"
+    assert hd.Variable.__module__ == "hpcdist.tf_toplevel.variable"
     assert issubclass(BaseVariable, hd.Variable)

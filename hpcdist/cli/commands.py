@@ -1,7 +1,8 @@
 """The ``hpcdist`` command: ``info``, ``run``, ``bench`` and ``timeline``.
 
 ``run`` and ``bench`` start mpiexec or srun and must not start MPI in this process, so the
-``info`` command's module (which does) is loaded only when ``info`` runs.
+``info`` command's module (which does) is loaded only when ``info`` runs. A SIGTERM, SIGINT or
+SIGHUP to ``run`` or ``bench`` stops the whole job (`hpcdist.cli.launch`).
 """
 
 from __future__ import annotations
@@ -9,33 +10,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
-from hpcdist.log import process_rank
-from hpcdist.restarts import run_with_restarts
-from hpcdist.timeline_summary import format_summary, load_trace, summarize
+from hpcdist.cli.launch import DEFAULT_KILL_AFTER_S, JobSignals, launcher_command, run_job
+from hpcdist.cli.restarts import run_with_restarts
+from hpcdist.cli.timeline_summary import format_summary, load_trace, summarize
+from hpcdist.logger import process_rank
 
-__all__ = ["launcher_command", "main"]
+__all__ = ["main"]
 
-
-def launcher_command(
-    nprocs: int, argv: list[str], environ: dict[str, str] | None = None
-) -> list[str]:
-    """The command that starts ``argv`` on ``nprocs`` ranks: srun inside Slurm, else mpiexec."""
-    environ = os.environ if environ is None else environ
-    python_prefix = [sys.executable, "-m", "hpcdist"] if argv and argv[0].endswith(".py") else []
-    if "SLURM_JOB_ID" in environ and shutil.which("srun"):
-        return ["srun", "--mpi=pmi2", "-n", str(nprocs), *python_prefix, *argv]
-    local = Path(sys.executable).parent / "mpiexec"
-    mpiexec = str(local) if local.exists() else shutil.which("mpiexec") or "mpiexec"
-    return [mpiexec, "-n", str(nprocs), *python_prefix, *argv]
+_BENCH_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def _cmd_info(_: argparse.Namespace) -> int:
-    from hpcdist.info import info_lines  # starts MPI: only for `hpcdist info`
+    from hpcdist.cli.info import info_lines  # starts MPI: only for `hpcdist info`
 
     lines = info_lines()
     if process_rank()[0] == 0:
@@ -48,9 +37,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.timeline:
         os.environ["HPCDIST_TIMELINE"] = os.path.abspath(args.timeline)
     if args.max_restarts == 0 and args.min_ranks is None:
-        return subprocess.call(launcher_command(args.n, argv))
+        with JobSignals() as signals:
+            return run_job(launcher_command(args.n, argv), signals, kill_after=args.kill_after)
     return run_with_restarts(
-        lambda n: launcher_command(n, argv), args.n, args.max_restarts, args.min_ranks
+        lambda n: launcher_command(n, argv),
+        args.n,
+        args.max_restarts,
+        args.min_ranks,
+        kill_after=args.kill_after,
     )
 
 
@@ -65,8 +59,7 @@ def _cmd_timeline(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    bench_dir = Path(__file__).resolve().parent.parent / "benchmarks"
-    available = sorted(p.stem for p in bench_dir.glob("*.py") if not p.stem.startswith("_"))
+    available = sorted(p.stem for p in _BENCH_DIR.glob("*.py") if not p.stem.startswith("_"))
     if not args.name:
         print("benchmarks: " + ", ".join(available))
         return 0
@@ -75,12 +68,12 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             f"unknown benchmark {args.name!r}; available: {', '.join(available)}", file=sys.stderr
         )
         return 2
-    command = launcher_command(args.n, [str(bench_dir / f"{args.name}.py"), *args.args])
-    return subprocess.call(command)
+    command = launcher_command(args.n, [str(_BENCH_DIR / f"{args.name}.py"), *args.args])
+    with JobSignals() as signals:
+        return run_job(command, signals)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``hpcdist`` command."""
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hpcdist", description="tf.distribute on MPI clusters")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("info", help="describe the MPI library, ranks, GPUs and the cluster")
@@ -103,6 +96,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--timeline", default=None, help="record a timeline of every rank into this trace file"
     )
+    p.add_argument(
+        "--kill-after",
+        type=float,
+        default=DEFAULT_KILL_AFTER_S,
+        metavar="SECONDS",
+        help="after a SIGTERM, SIGINT or SIGHUP (forwarded to the job), kill every process of "
+        f"the job that is still running this many seconds later (default {DEFAULT_KILL_AFTER_S:g})",
+    )
     p.add_argument("script")
     p.add_argument("args", nargs=argparse.REMAINDER)
     p.set_defaults(fn=_cmd_run)
@@ -115,9 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-n", type=int, default=2, help="number of ranks")
     p.add_argument("args", nargs=argparse.REMAINDER)
     p.set_defaults(fn=_cmd_bench)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``hpcdist`` command."""
+    args = _parser().parse_args(argv)
     return args.fn(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
