@@ -89,6 +89,7 @@ class Deadline(Waiter):
         self.stall_warning = stall_warning
         self.on_stall = self.on_timeout = None
         self.spins, self.yield_s, self.max_sleep_s = self.SPINS, self.YIELD_S, self.MAX_SLEEP_S
+        self.yield_cpu = True
         self.start = None
         self._warned = False
         self.header = header

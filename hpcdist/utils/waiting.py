@@ -7,9 +7,11 @@ message, a reply from a worker, a counter in another rank's memory) goes through
    often arrives within microseconds; spinning is not waiting and starts no clock);
 2. **yield**: for the next `Waiter.YIELD_S` seconds each poll is followed by ``sched_yield``,
    which returns at once when no other process wants the core, so latency stays that of
-   spinning;
-3. **sleep**: after that each poll is followed by a sleep that grows by `Waiter.SLEEP_STEP_S`
-   per poll up to `Waiter.MAX_SLEEP_S` (1 ms), so a long wait costs almost no CPU.
+   spinning (with ``yield_cpu=False`` the polls of this phase run back to back instead);
+3. **sleep**: after that each poll is followed by a sleep of `Waiter.SLEEP_FRACTION` (an
+   eighth) of the time waited so far, up to `Waiter.MAX_SLEEP_S` (1 ms), so a long wait costs
+   almost no CPU and a wait that just passed the yield phase still answers within a fraction
+   of what it has waited.
 
 The clock starts at the first slow poll. Past ``stall_warning`` seconds `Waiter.stalled` runs once
 (the ``on_stall`` callback: it builds and logs the message); past ``timeout`` seconds
@@ -44,6 +46,8 @@ class Waiter:
         spins: Polls before the first slow poll (default `SPINS`).
         yield_s: Seconds of yielding before sleeping (default `YIELD_S`).
         max_sleep_s: Longest sleep between two polls (default `MAX_SLEEP_S`).
+        yield_cpu: Whether polls of the yield phase yield the processor; False polls back to
+            back (for a loop whose next message usually follows within microseconds).
     """
 
     __slots__ = (
@@ -55,6 +59,7 @@ class Waiter:
         "stall_warning",
         "start",
         "timeout",
+        "yield_cpu",
         "yield_s",
     )
 
@@ -62,8 +67,8 @@ class Waiter:
     SPINS = 200
     #: Seconds of yielding the processor before sleeping.
     YIELD_S = 0.02
-    #: Growth of the sleep per slow poll, in seconds.
-    SLEEP_STEP_S = 1e-6
+    #: Each sleep lasts this fraction of the time waited so far (then `MAX_SLEEP_S` at most).
+    SLEEP_FRACTION = 0.125
     #: The longest sleep between two polls, in seconds.
     MAX_SLEEP_S = 1e-3
 
@@ -77,6 +82,7 @@ class Waiter:
         spins: int | None = None,
         yield_s: float | None = None,
         max_sleep_s: float | None = None,
+        yield_cpu: bool = True,
     ) -> None:
         self.timeout = timeout
         self.stall_warning = stall_warning
@@ -85,6 +91,7 @@ class Waiter:
         self.spins = self.SPINS if spins is None else spins
         self.yield_s = self.YIELD_S if yield_s is None else yield_s
         self.max_sleep_s = self.MAX_SLEEP_S if max_sleep_s is None else max_sleep_s
+        self.yield_cpu = yield_cpu
         #: When the first slow poll of the current wait ran (None: not yet).
         self.start: float | None = None
         self._warned = False
@@ -143,7 +150,7 @@ class Waiter:
         """After an unsuccessful poll: yield or sleep, warn about a stall, enforce the deadline.
 
         Args:
-            spins: Unsuccessful polls of this wait so far (the sleep grows with them).
+            spins: Unsuccessful polls of this wait so far.
 
         Returns:
             False when the timeout passed and there is no error to raise (the wait gives up).
@@ -156,9 +163,10 @@ class Waiter:
             self.start = now
         elapsed = now - self.start
         if elapsed < self.yield_s:
-            os.sched_yield()
+            if self.yield_cpu:
+                os.sched_yield()
         else:
-            time.sleep(min(self.max_sleep_s, self.SLEEP_STEP_S * (spins - self.spins + 1)))
+            time.sleep(min(self.max_sleep_s, self.SLEEP_FRACTION * elapsed))
         if self.stall_warning is not None and not self._warned and elapsed > self.stall_warning:
             self._warned = True
             self.stalled(elapsed)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 
+import numpy as np
 import pytest
 
 from hpcdist.comm.deadline import Deadline
@@ -67,17 +69,37 @@ def test_a_long_wait_sleeps_instead_of_spinning():
 
 def test_the_schedule_spins_then_yields_then_sleeps():
     waiter = Waiter(None, spins=5, yield_s=0.05, max_sleep_s=2e-3)
+    stamps: list[float] = []
+
+    def done() -> bool:
+        stamps.append(time.monotonic())
+        return waiter.elapsed() > 0.3
+
+    waiter.wait(done)
+    start = waiter.start
+    assert start is not None and len(stamps) > 5
+    yielding = [t for t in stamps if t - start < 0.05]
+    sleeping = [t for t in stamps if t - start > 0.06]
+    gaps = [b - a for a, b in itertools.pairwise(sleeping)]
+    # Yielding polls come back to back (far more than one per millisecond); sleeps are an
+    # eighth of the time waited (>= 7.5 ms here), capped at 2 ms, plus scheduling slack.
+    assert len(yielding) > 50
+    assert gaps and min(gaps) >= 1.9e-3 and float(np.median(gaps)) < 10e-3
+
+
+def test_a_waiter_that_does_not_yield_polls_back_to_back():
+    waiter = Waiter(None, spins=1, yield_s=0.03, yield_cpu=False)
     polls = 0
 
     def done() -> bool:
         nonlocal polls
         polls += 1
-        return waiter.elapsed() > 0.2
+        return waiter.elapsed() > 0.02
 
+    cpu = time.process_time()
     waiter.wait(done)
-    # 5 spins, then ~50 ms of yielding (many polls), then sleeps growing to 2 ms each.
-    assert waiter.start is not None and polls > 5
-    assert waiter.max_sleep_s == 2e-3 and waiter.spins == 5
+    # 20 ms of polling without yielding or sleeping keeps the core busy.
+    assert time.process_time() - cpu > 0.01 and polls > 200
 
 
 def test_deadline_names_the_collective_and_rearms_on_reset():
