@@ -11,6 +11,7 @@ __all__ = [
     "CancelledError",
     "ClusterConfigError",
     "CollectiveMismatchError",
+    "DataLossError",
     "DeadlineExceededError",
     "FailedPreconditionError",
     "HpcdistError",
@@ -94,3 +95,7 @@ class InvalidArgumentError(HpcdistError, ValueError):
 
 class NotFoundError(HpcdistError, FileNotFoundError):
     """A file or checkpoint that was asked for does not exist (TF's ``NotFoundError``)."""
+
+
+class DataLossError(HpcdistError, OSError):
+    """Unrecoverable data loss or corruption, e.g. a damaged record (TF's ``DataLossError``)."""

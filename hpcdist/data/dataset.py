@@ -7,11 +7,14 @@ nothing until used. Cardinality follows TF: a count, `INFINITE` or `UNKNOWN`.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
+from hpcdist.data.batching import RowPlan
+from hpcdist.data.cache import cached_iteration
 from hpcdist.data.dataset_options import Options
 from hpcdist.data.nest import flatten, map_structure
 from hpcdist.data.prefetch import Prefetcher
@@ -43,10 +46,22 @@ class Dataset:
         self._make_iterator = make_iterator
         self._cardinality = cardinality
         self._options = options
+        self._rows: RowPlan | None = None  # set when the elements are rows of arrays
 
-    def _derive(self, make_iterator: Callable[[], Iterator[Any]], cardinality: int) -> Dataset:
-        """A dataset made from this one: it carries this one's options, as in TF."""
-        return Dataset(make_iterator, cardinality, self._options)
+    def _derive(
+        self,
+        make_iterator: Callable[[], Iterator[Any]],
+        cardinality: int,
+        rows: RowPlan | None = None,
+    ) -> Dataset:
+        """A dataset made from this one: it carries this one's options, as in TF.
+
+        ``rows`` is the derived dataset's `RowPlan` when its elements are still rows of the
+        source arrays (``batch`` then slices them); None ends the plan.
+        """
+        derived = Dataset(make_iterator, cardinality, self._options)
+        derived._rows = rows
+        return derived
 
     # -- sources ------------------------------------------------------------------------------
 
@@ -75,7 +90,9 @@ class Dataset:
             for i in range(n):
                 yield map_structure(lambda a, i=i: a[i], arrays)
 
-        return Dataset(make, n)
+        dataset = Dataset(make, n)
+        dataset._rows = RowPlan.of_arrays(arrays, leaves, n)
+        return dataset
 
     @staticmethod
     def from_tensors(tensors: Any) -> Dataset:
@@ -92,12 +109,23 @@ class Dataset:
     # -- transformations --------------------------------------------------------------------
 
     def batch(self, batch_size: int, drop_remainder: bool = False) -> Dataset:
-        """Stack consecutive elements into batches (the last one may be short)."""
+        """Stack consecutive elements into batches (the last one may be short).
+
+        When the elements are rows of in-memory arrays (``from_tensor_slices`` followed only
+        by ``shuffle``, ``shard``, ``take``, ``skip`` or ``repeat``), each batch is one slice
+        (or, after a shuffle, one ``np.take``) of every array, with the same elements in the
+        same order as stacking them one by one.
+        """
         if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         source = self
+        rows = self._rows
+        size = int(batch_size)
 
         def make() -> Iterator[Any]:
+            if rows is not None:
+                yield from rows.batches(size, drop_remainder)
+                return
             buffer: list[Any] = []
             for element in source:
                 buffer.append(element)
@@ -134,7 +162,9 @@ class Dataset:
             card = 0 if card == 0 else INFINITE
         elif card >= 0:
             card *= count
-        return self._derive(make, card)
+        rows = self._rows
+        plan = None if rows is None else rows.repeat(None if forever else count, card)
+        return self._derive(make, card, plan)
 
     def shuffle(
         self, buffer_size: int, seed: int | None = None, reshuffle_each_iteration: bool = True
@@ -152,10 +182,14 @@ class Dataset:
         seeds = get_seed(seed)
         base = list(seeds) if seeds[0] is not None else [np.random.SeedSequence().entropy]
 
-        def make() -> Iterator[Any]:
+        def next_rng() -> np.random.Generator:
             rng = np.random.default_rng([*base, epoch[0]])
             if reshuffle_each_iteration:
                 epoch[0] += 1
+            return rng
+
+        def make() -> Iterator[Any]:
+            rng = next_rng()
             buffer: list[Any] = []
             for element in source:
                 if len(buffer) < buffer_size:
@@ -167,7 +201,10 @@ class Dataset:
             while buffer:
                 yield buffer.pop(int(rng.integers(len(buffer))))
 
-        return self._derive(make, self._cardinality)
+        rows = self._rows
+        finite = rows is not None and self._cardinality >= 0
+        plan = rows.shuffle(int(buffer_size), next_rng) if finite else None
+        return self._derive(make, self._cardinality, plan)
 
     def shard(self, num_shards: int, index: int) -> Dataset:
         """Keep every ``num_shards``-th element, starting at ``index``."""
@@ -186,7 +223,9 @@ class Dataset:
         card = self._cardinality
         if card >= 0:
             card = card // num_shards + (1 if index < card % num_shards else 0)
-        return self._derive(make, card)
+        rows = self._rows
+        plan = None if rows is None else rows.shard(num_shards, index, card)
+        return self._derive(make, card, plan)
 
     def map(self, map_func: Callable[..., Any]) -> Dataset:
         """Apply ``map_func`` to each element (a tuple element is passed as arguments)."""
@@ -232,7 +271,9 @@ class Dataset:
                 card = count
             elif card >= 0:
                 card = min(card, count)
-        return self._derive(make, card)
+        rows = self._rows if count >= 0 else None
+        plan = None if rows is None else rows.take(count, card)
+        return self._derive(make, card, plan)
 
     def skip(self, count: int) -> Dataset:
         """Everything after the first ``count`` elements (nothing when -1 or negative, as TF).
@@ -249,7 +290,9 @@ class Dataset:
         card = self._cardinality
         if card >= 0:
             card = 0 if count < 0 else max(0, card - count)
-        return self._derive(make, card)
+        rows = self._rows if count >= 0 else None
+        plan = None if rows is None else rows.skip(count, card)
+        return self._derive(make, card, plan)
 
     def prefetch(self, buffer_size: int = 1) -> Dataset:
         """Produce up to ``buffer_size`` elements ahead on a background thread."""
@@ -257,15 +300,23 @@ class Dataset:
         size = max(1, buffer_size if buffer_size != -1 else 2)
         return self._derive(lambda: Prefetcher(iter(source), size), self._cardinality)
 
-    def cache(self, filename: str = "") -> Dataset:
-        """Keep the elements of the first complete iteration in memory and replay them after.
+    def cache(self, filename: str | os.PathLike[str] = "") -> Dataset:
+        """Cache the elements of the first complete iteration and replay them after (TF's rule).
 
-        As TF's in-memory cache: an iteration stopped early caches nothing, and the next one
-        reads the source again. A ``filename`` (TF's file cache) is accepted and the cache is
-        kept in memory all the same (hpcdist writes no pickled data to disk).
+        Without a ``filename`` (or with ``""``) the elements are kept in memory. With one, the
+        first pass that reaches the end writes them to an HDF5 file while yielding them
+        (``{filename}.h5``; ``{filename}.rank{r}-of-{n}.h5`` when ``n > 1`` MPI processes
+        run), renamed into place only when the pass completes; every later iteration, in this
+        run or the next, reads that file lazily instead of the source (see
+        `hpcdist.data.cache`). In both cases an iteration stopped early caches nothing, and
+        the next one reads the source again.
+
+        Raises:
+            DataLossError: (on iteration) the cache file exists but is corrupt or truncated.
         """
-        del filename
         source = self
+        if os.fspath(filename):
+            return self._derive(lambda: cached_iteration(source, filename), self._cardinality)
         cached: list[list[Any]] = []
 
         def make() -> Iterator[Any]:
@@ -292,7 +343,9 @@ class Dataset:
         """
         if not isinstance(options, Options):
             raise TypeError(f"with_options needs hd.data.Options, got {type(options).__name__}")
-        return Dataset(self._make_iterator, self._cardinality, self.options().merge(options))
+        merged = Dataset(self._make_iterator, self._cardinality, self.options().merge(options))
+        merged._rows = self._rows
+        return merged
 
     # -- inspection ----------------------------------------------------------------------------
 

@@ -55,6 +55,9 @@ LAZY_ALLOWED = {
     ("hpcdist.cli.commands", "hpcdist.cli.info"),
     # Installed by `python -m hpcdist script.py` before the script, which may set mpi4py.rc.
     ("hpcdist.abort", "mpi4py"),
+    # `Dataset.cache(filename)` writes HDF5; `import hpcdist.data` (and the strategies) must
+    # not load h5py, so the file cache loads it on first use.
+    ("hpcdist.data.cache", "h5py"),
 }
 
 
