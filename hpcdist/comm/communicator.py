@@ -14,6 +14,11 @@ hpcdist's traffic never mixes with the user's. Every collective:
    `DeadlineExceededError` naming the ranks that never joined, and the communicator refuses
    further work (`UnavailableError`), because the abandoned operation may still complete.
 
+Creating one is bounded by the same deadline: the ``Dup()`` that starts it is
+`hpcdist.comm.creation.dup`, so that a rank that never joins is named on the others instead of
+leaving them in MPI for ever; once every rank has arrived, the rest of the construction (node
+layout, splits, windows) runs on ranks that are all there.
+
 Closing, explicitly or at the end of the program, is bounded by the same deadline: the ranks
 agree that they are all closing before anything collective is freed.
 
@@ -31,7 +36,7 @@ from mpi4py import MPI
 
 from hpcdist import abort, timeline
 from hpcdist.cluster.topology import NodeLayout, node_layout, split_node
-from hpcdist.comm import lifetime
+from hpcdist.comm import creation, lifetime
 from hpcdist.comm.allreduce import SHM_IMPLS, AllReduce
 from hpcdist.comm.collective_state import CollectiveState
 from hpcdist.comm.collectives import Collectives
@@ -48,13 +53,20 @@ __all__ = ["Communicator", "Handle", "world"]
 class Communicator:
     """Collectives over a group of ranks.
 
-    Construction is collective over ``comm``. On more than one rank it installs the
-    abort-on-exception hook (`hpcdist.abort`) unless ``HPCDIST_ABORT_ON_EXCEPTION=0``.
+    Construction is collective over ``comm`` and bounded by the deadline (``timeout_seconds``
+    of ``options``, else ``HPCDIST_TIMEOUT_SECONDS``; `hpcdist.comm.creation`). On more than
+    one rank it installs the abort-on-exception hook (`hpcdist.abort`) unless
+    ``HPCDIST_ABORT_ON_EXCEPTION=0``.
 
     Args:
         comm: The process group; ``MPI.COMM_WORLD`` by default. hpcdist works on a ``Dup()``.
         options: Default options of this communicator's collectives.
         settings: Library settings; read from the environment by default.
+
+    Raises:
+        DeadlineExceededError: Some ranks of ``comm`` did not join within the deadline (on
+            every rank that did; ``missing_ranks`` are their ranks in ``comm``). ``comm`` is
+            unusable after it, and the end of the program aborts the job (exit code 18).
     """
 
     def __init__(
@@ -66,7 +78,12 @@ class Communicator:
         self.settings = settings or get_settings()
         self.options = options or CommunicationOptions()
         timeline.start_from_environment()
-        self._comm: MPI.Intracomm = (MPI.COMM_WORLD if comm is None else comm).Dup()
+        self._comm: MPI.Intracomm = creation.dup(
+            MPI.COMM_WORLD if comm is None else comm,
+            "creating hpcdist's communicator",
+            self.options.timeout_seconds or self.settings.timeout_seconds,
+            self.settings.stall_warning_seconds,
+        )
         self.layout: NodeLayout = node_layout(self._comm, self.settings.ranks_per_node)
         self._node_comm = split_node(self._comm, self.settings.ranks_per_node)
         color = 0 if self._node_comm.Get_rank() == 0 else MPI.UNDEFINED
@@ -400,6 +417,9 @@ class Communicator:
 
 def world() -> Communicator:
     """Return hpcdist's world communicator (created on first call; collective then).
+
+    The first call is bounded by ``HPCDIST_TIMEOUT_SECONDS``: when some ranks never call it,
+    the others raise `DeadlineExceededError` naming them (see `Communicator`).
 
     Like every `Communicator` on more than one rank, it installs the abort-on-exception hook
     (see `hpcdist.abort`) unless ``HPCDIST_ABORT_ON_EXCEPTION=0``. It lives until

@@ -11,6 +11,10 @@ then closes each one: every rank agrees, under the communicator's deadline, that
 rank does not arrive in time (it left early, it is stuck, it is stopped), the job is aborted
 with `EXIT_DEADLINE_CODE`, naming the ranks that did not arrive; without a deadline the stall
 warning names them and says how to set one.
+
+A creation that passed its deadline (`hpcdist.comm.creation`) leaves a collective posted on its
+parent communicator that can never complete, so ``MPI_Finalize`` could hang: `abandon` records
+it, and the hook then aborts the job with `EXIT_DEADLINE_CODE` instead of closing anything.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from mpi4py import MPI
 from hpcdist import abort, exit_codes
 from hpcdist.errors import DeadlineExceededError
 
-__all__ = ["EXIT_DEADLINE_CODE", "close_all", "register", "shared", "unregister"]
+__all__ = ["EXIT_DEADLINE_CODE", "abandon", "close_all", "register", "shared", "unregister"]
 
 #: Exit code of a job aborted because some ranks did not reach the end of the program in time.
 EXIT_DEADLINE_CODE = exit_codes.EXIT_DEADLINE_CODE
@@ -49,6 +53,8 @@ T = TypeVar("T", bound=Closable)
 # live communicators, oldest first
 _live: list[Closable] = []
 _shared: dict[Callable[[], Closable], Closable] = {}
+# why the job cannot end normally (a creation that passed its deadline), first one first
+_abandoned: list[str] = []
 
 
 def register(comm: Closable) -> None:
@@ -66,14 +72,32 @@ def unregister(comm: Closable) -> None:
             del _shared[key]
 
 
+def abandon(reason: str) -> None:
+    """Record that MPI cannot finalise cleanly (``reason``): the end of the program aborts.
+
+    Called when creating a communicator passed its deadline: the parent keeps a collective
+    that some ranks never joined, and ``MPI_Finalize`` could wait for them for ever.
+    """
+    if not _abandoned:
+        atexit.register(close_all)
+    _abandoned.append(reason)
+
+
 def close_all() -> None:
     """Close every live communicator, newest first (same order on every rank).
 
     A communicator whose deadline passes while its ranks agree to close aborts the job:
-    the ranks that did not arrive may never do so, and the launcher would wait for ever.
+    the ranks that did not arrive may never do so, and the launcher would wait for ever. So
+    does an abandoned creation (`abandon`), before closing anything.
     """
     if MPI.Is_finalized():
         return
+    if _abandoned:
+        abort.abort_job(
+            f"hpcdist: {_abandoned[0]}. Aborting the job so that it does not hang "
+            f"(exit code {EXIT_DEADLINE_CODE})",
+            EXIT_DEADLINE_CODE,
+        )
     live = list(reversed(_live))
     for comm in live:
         comm.leave()

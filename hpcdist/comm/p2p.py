@@ -19,11 +19,14 @@ from typing import Any
 
 from mpi4py import MPI
 
+from hpcdist.comm import creation
 from hpcdist.errors import DeadlineExceededError
+from hpcdist.settings import get_settings
 from hpcdist.utils.waiting import Waiter
 
 __all__ = [
     "ANY_SOURCE",
+    "TAG_CREATE_ARRIVED",
     "TAG_PS_CANCEL",
     "TAG_PS_COMMAND",
     "TAG_PS_RESULT",
@@ -72,21 +75,35 @@ TAG_PS_RESULT = reserve_tag("ps result", 72)
 TAG_PS_CANCEL = reserve_tag("ps cancel", 73)
 #: TF1 cluster: a task is done with the ps memory, task -> ps.
 TAG_TF1_LEAVE = reserve_tag("tf1 leave", 91)
+#: Creating a communicator: "this rank has arrived", to every rank, only when one is late
+#: (`hpcdist.comm.creation`, on the parent communicator).
+TAG_CREATE_ARRIVED = reserve_tag("communicator creation arrival", creation.TAG_ARRIVED)
 
 
 class Channel:
     """Pickled point-to-point messages on a private duplicate of a communicator.
 
-    Construction duplicates ``comm`` (collective over it); `free` releases the duplicate
-    (collective, once; later calls do nothing). Sends and receives are those of mpi4py's
-    lowercase methods (pickled objects); a message for one tag from one rank arrives in order.
+    Construction duplicates ``comm`` (collective over it, bounded by
+    ``HPCDIST_TIMEOUT_SECONDS``: `hpcdist.comm.creation.dup` names the ranks that never join);
+    `free` releases the duplicate (collective, once; later calls do nothing). Sends and
+    receives are those of mpi4py's lowercase methods (pickled objects); a message for one tag
+    from one rank arrives in order.
 
     Args:
         comm: The communicator to duplicate; by default ``MPI.COMM_WORLD``.
+
+    Raises:
+        DeadlineExceededError: Some ranks did not join the duplication within the deadline.
     """
 
     def __init__(self, comm: MPI.Intracomm | None = None) -> None:
-        self._comm: MPI.Intracomm = (MPI.COMM_WORLD if comm is None else comm).Dup()
+        settings = get_settings()
+        self._comm: MPI.Intracomm = creation.dup(
+            MPI.COMM_WORLD if comm is None else comm,
+            "creating a point-to-point channel",
+            settings.timeout_seconds,
+            settings.stall_warning_seconds,
+        )
         self.rank: int = self._comm.Get_rank()
         self.size: int = self._comm.Get_size()
 

@@ -1,0 +1,68 @@
+"""Some ranks never create the communicator (or create it late); the others must not hang.
+
+argv[1]: what is created: ``world`` (`hd.comm.world()`), ``channel`` (a ``p2p.Channel`` over
+the world) or ``sub`` (a `Communicator` over ``COMM_WORLD.Split(rank % 2)``).
+argv[2]: the world ranks that do not create it, comma-separated (``2``, ``0,2``).
+argv[3]: what they do: ``never`` (sleep 60 s, then exit without creating it) or ``late:S``
+(create it S seconds late).
+argv[4]: what the others do with their `DeadlineExceededError`: ``catch`` (print it, then
+``sys.exit(1)``) or ``raise`` (print it, then re-raise it, uncaught).
+
+Every rank prints its pid (the test kills what is left). With ``late``, every rank prints the
+sum of an all-reduce and whether a message is left in ``COMM_WORLD``'s queue afterwards.
+"""
+
+import os
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+import hpcdist as hd
+from hpcdist.comm.p2p import Channel
+
+what, skipped, how, others = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+rank = MPI.COMM_WORLD.Get_rank()
+print(f"rank {rank} pid {os.getpid()}", flush=True)
+parent = MPI.COMM_WORLD.Split(rank % 2, rank) if what == "sub" else MPI.COMM_WORLD
+MPI.COMM_WORLD.Barrier()  # every rank is in the job before the clock starts
+
+if rank in {int(r) for r in skipped.split(",")}:
+    if how == "never":
+        print(f"rank {rank} does not create the {what} communicator", flush=True)
+        time.sleep(60)
+        sys.exit(0)
+    time.sleep(float(how.split(":")[1]))
+
+
+def create() -> object:
+    if what == "world":
+        return hd.comm.world()
+    if what == "channel":
+        return Channel()
+    return hd.comm.Communicator(parent)
+
+
+start = time.monotonic()
+try:
+    made = create()
+except hd.errors.DeadlineExceededError as exc:
+    print(
+        f"rank {rank} DeadlineExceededError missing={list(exc.missing_ranks)} after "
+        f"{time.monotonic() - start:.2f} s at {time.time():.3f}: {exc}",
+        flush=True,
+    )
+    if others == "catch":
+        sys.exit(1)
+    raise
+print(f"rank {rank} created the {what} communicator in {time.monotonic() - start:.2f} s")
+if what == "channel":
+    made.barrier()
+    made.free()
+    total = hd.comm.world().allreduce(np.ones(1))[0]
+else:
+    total = made.allreduce(np.ones(1))[0]
+MPI.COMM_WORLD.Barrier()
+left = MPI.COMM_WORLD.Iprobe(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG)
+print(f"rank {rank} sum {total:g} leftover {left}", flush=True)
