@@ -34,10 +34,12 @@ __all__ = [
     "log_softmax",
     "matmul",
     "maximum",
+    "minimum",
     "multiply",
     "negative",
     "not_equal",
     "power",
+    "reduce_max",
     "reduce_mean",
     "reduce_sum",
     "relu",
@@ -278,6 +280,17 @@ def maximum(a: Any, b: Any) -> Tensor:
     )
 
 
+def minimum(a: Any, b: Any) -> Tensor:
+    """Element-wise minimum (ties send the gradient to ``a``, as TF's)."""
+    a, b = _binary(a, b)
+    mask = a.value <= b.value
+    return record(
+        array_module(a.value).where(mask, a.value, b.value),
+        (a, b),
+        lambda g: (unbroadcast(g * mask, a.shape), unbroadcast(g * ~mask, b.shape)),
+    )
+
+
 def matmul(a: Any, b: Any) -> Tensor:
     """Matrix product of 2-D (or batched) arrays."""
     a, b = _binary(a, b)
@@ -326,6 +339,23 @@ def reduce_mean(a: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
     out = xp.mean(a.value, axis=axis, keepdims=keepdims)
     count = a.value.size // max(out.size, 1) if a.value.size else 1
     return record(out, (a,), lambda g: (_expand(g, a.shape, axis, keepdims) / count,))
+
+
+def reduce_max(a: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """Maximum over ``axis`` (all axes by default), as ``tf.reduce_max``.
+
+    Tied maxima share the gradient equally, as in TF.
+    """
+    a = _tensor(a)
+    top = a.value.max(axis=axis, keepdims=True)
+    winners = a.value == top
+    value = top if keepdims else a.value.max(axis=axis)
+
+    def backward(g: np.ndarray) -> tuple[np.ndarray]:
+        share = winners / winners.sum(axis=axis, keepdims=True)
+        return ((g.reshape(top.shape) * share).astype(g.dtype, copy=False),)
+
+    return record(value, (a,), backward)
 
 
 def _compare(a: Any, b: Any, op: Any) -> Tensor:

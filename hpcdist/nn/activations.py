@@ -12,18 +12,22 @@ from collections.abc import Callable
 from typing import Any
 
 from hpcdist.core import math_ops as ops
+from hpcdist.core import special_ops
 from hpcdist.core.tensors import Tensor, as_tensor
 
 __all__ = [
     "LogitsTensor",
     "exponential",
+    "gelu",
     "get",
     "linear",
     "logits_of",
     "relu",
     "sigmoid",
+    "silu",
     "softmax",
     "softplus",
+    "swish",
     "tanh",
 ]
 
@@ -69,6 +73,22 @@ def exponential(x: Any) -> Tensor:
     return ops.exp(x)
 
 
+def gelu(x: Any, approximate: bool = False) -> Tensor:
+    """Gaussian error linear unit, ``x * Phi(x)``; exact (erf) by default, as Keras 3.
+
+    ``approximate=True`` uses the tanh form (`hpcdist.core.special_ops.gelu`).
+    """
+    return special_ops.gelu(x, approximate=approximate)
+
+
+def silu(x: Any) -> Tensor:
+    """``x * sigmoid(x)`` (Keras' ``silu``, also called ``swish``)."""
+    return special_ops.silu(x)
+
+
+swish = silu
+
+
 def sigmoid(x: Any) -> LogitsTensor:
     """Logistic sigmoid; the result remembers ``x``."""
     x = as_tensor(x)
@@ -89,6 +109,9 @@ _BY_NAME: dict[str, Callable[[Any], Tensor]] = {
     "softmax": softmax,
     "softplus": softplus,
     "exponential": exponential,
+    "gelu": gelu,
+    "silu": silu,
+    "swish": swish,
 }
 
 

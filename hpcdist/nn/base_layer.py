@@ -19,6 +19,7 @@ import numpy as np
 
 from hpcdist.core import context
 from hpcdist.core import math_ops as ops
+from hpcdist.core.dtypes import as_dtype
 from hpcdist.core.tensors import Tensor, as_tensor
 from hpcdist.nn import initializers, regularizers
 from hpcdist.nn.keras_tensor import is_symbolic, map_nested, symbolic_call
@@ -122,7 +123,7 @@ class Layer:
     ) -> None:
         self.name = name or _auto_name(snake_case(type(self).__name__))
         self.trainable = trainable
-        self.dtype = np.dtype(dtype)
+        self.dtype = as_dtype(dtype)  # TF names too: "string" is numpy object
         self.built = False
         self._weights: list[Any] = []
         self._regularized: list[tuple[Any, Callable[[Any], Tensor]]] = []

@@ -2,8 +2,12 @@
 
 Dense, Embedding, Dropout, Flatten, Activation, ReLU and LayerNormalization here; Conv2D and
 MaxPooling2D (`hpcdist.nn.conv_layers`), Reshape (`hpcdist.nn.reshaping`), InputLayer
-(`hpcdist.nn.input_layer`) and the `Layer` base class (`hpcdist.nn.base_layer`) are exported
-here too, as Keras groups them.
+(`hpcdist.nn.input_layer`), the merge layers (`hpcdist.nn.merge`), the average and global
+poolings (`hpcdist.nn.pooling`), ZeroPadding2D (`hpcdist.nn.reshaping`), Softmax
+(`hpcdist.nn.activation_layers`) and the `Layer` base class (`hpcdist.nn.base_layer`) are
+exported here too, as Keras groups them; so are the preprocessing layers StringLookup and
+IntegerLookup (`hpcdist.nn.lookups`), Hashing (`hpcdist.nn.hashing`) and CategoryEncoding
+(`hpcdist.nn.category_encoding`).
 """
 
 from __future__ import annotations
@@ -15,9 +19,12 @@ import numpy as np
 from hpcdist.core import math_ops as ops
 from hpcdist.core.tensors import Tensor, as_tensor
 from hpcdist.nn import activations, initializers
+from hpcdist.nn.activation_layers import Softmax
 from hpcdist.nn.base_layer import Layer, float_input
+from hpcdist.nn.category_encoding import CategoryEncoding
 from hpcdist.nn.conv_layers import Conv2D, MaxPooling2D
 from hpcdist.nn.embedding import embedding_lookup
+from hpcdist.nn.hashing import Hashing
 from hpcdist.nn.input_layer import Input, InputLayer
 from hpcdist.nn.kernel_bias import KernelBiasLayer
 from hpcdist.nn.layer_config import (
@@ -26,24 +33,73 @@ from hpcdist.nn.layer_config import (
     regularizer_config,
     regularizer_from_config,
 )
-from hpcdist.nn.reshaping import Reshape
+from hpcdist.nn.lookups import IntegerLookup, StringLookup
+from hpcdist.nn.merge import (
+    Add,
+    Average,
+    Concatenate,
+    Maximum,
+    Minimum,
+    Multiply,
+    Subtract,
+    add,
+    average,
+    concatenate,
+    maximum,
+    minimum,
+    multiply,
+    subtract,
+)
+from hpcdist.nn.pooling import (
+    AveragePooling2D,
+    GlobalAveragePooling1D,
+    GlobalAveragePooling2D,
+    GlobalMaxPooling1D,
+    GlobalMaxPooling2D,
+)
+from hpcdist.nn.reshaping import Reshape, ZeroPadding2D
 from hpcdist.utils.xp import to_numpy
 
 __all__ = [
     "Activation",
+    "Add",
+    "Average",
+    "AveragePooling2D",
+    "CategoryEncoding",
+    "Concatenate",
     "Conv2D",
     "Dense",
     "Dropout",
     "Embedding",
     "Flatten",
+    "GlobalAveragePooling1D",
+    "GlobalAveragePooling2D",
+    "GlobalMaxPooling1D",
+    "GlobalMaxPooling2D",
+    "Hashing",
     "Input",
     "InputLayer",
+    "IntegerLookup",
     "Layer",
     "LayerNormalization",
     "MaxPooling2D",
+    "Maximum",
+    "Minimum",
+    "Multiply",
     "ReLU",
     "Reshape",
+    "Softmax",
+    "StringLookup",
+    "Subtract",
+    "ZeroPadding2D",
+    "add",
+    "average",
+    "concatenate",
     "get_activation",
+    "maximum",
+    "minimum",
+    "multiply",
+    "subtract",
 ]
 
 get_activation = activations.get
