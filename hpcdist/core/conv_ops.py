@@ -17,10 +17,10 @@ from hpcdist.core.math_ops import same_device
 from hpcdist.core.tensors import Tensor, as_tensor
 from hpcdist.utils.xp import array_module
 
-__all__ = ["conv2d", "conv_output_size", "max_pool2d", "same_padding"]
+__all__ = ["conv2d", "conv_output_size", "int_pair", "max_pool2d", "same_padding"]
 
 
-def _pair(value: Any, what: str) -> tuple[int, int]:
+def int_pair(value: Any, what: str) -> tuple[int, int]:
     """``(a, b)`` from an int or a pair of positive ints.
 
     Raises:
@@ -126,7 +126,7 @@ def conv2d(x: Any, kernel: Any, strides: Any = 1, padding: str = "valid") -> Ten
     """
     x, kernel = same_device(as_tensor(x), as_tensor(kernel))
     padding = _check_padding(padding)
-    strides = _pair(strides, "strides")
+    strides = int_pair(strides, "strides")
     if x.ndim != 4 or kernel.ndim != 4:
         raise ValueError(
             f"conv2d expects a 4-D input and a 4-D kernel, got shapes {x.shape} and {kernel.shape}"
@@ -172,8 +172,8 @@ def max_pool2d(x: Any, pool_size: Any = 2, strides: Any = None, padding: str = "
     """
     x = as_tensor(x)
     padding = _check_padding(padding)
-    window = _pair(pool_size, "pool_size")
-    strides = window if strides is None else _pair(strides, "strides")
+    window = int_pair(pool_size, "pool_size")
+    strides = window if strides is None else int_pair(strides, "strides")
     if x.ndim != 4:
         raise ValueError(f"max_pool2d expects a 4-D input, got shape {x.shape}")
     xp = array_module(x.value)

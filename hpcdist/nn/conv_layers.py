@@ -12,18 +12,6 @@ from hpcdist.nn.kernel_bias import KernelBiasLayer
 __all__ = ["Conv2D", "MaxPooling2D"]
 
 
-def _pair(value: Any, what: str) -> tuple[int, int]:
-    """``(a, b)`` from an int or a pair of positive ints.
-
-    Raises:
-        ValueError: Not one or two positive integers.
-    """
-    pair = (value, value) if isinstance(value, int) else tuple(int(v) for v in value)
-    if len(pair) != 2 or min(pair) < 1:
-        raise ValueError(f"{what} must be a positive int or a pair of them, got {value!r}")
-    return pair
-
-
 def _channels_last(layer: str, data_format: str | None) -> None:
     """Raises ValueError: a data format other than channels_last."""
     if data_format not in (None, "channels_last"):
@@ -80,8 +68,8 @@ class Conv2D(KernelBiasLayer):
             raise ValueError(f"Conv2D filters must be positive, got {filters}")
         _channels_last(self.name, data_format)
         self.filters = int(filters)
-        self.kernel_size = _pair(kernel_size, "kernel_size")
-        self.strides = _pair(strides, "strides")
+        self.kernel_size = conv_ops.int_pair(kernel_size, "kernel_size")
+        self.strides = conv_ops.int_pair(strides, "strides")
         self.padding = _padding(padding)
         self._init_kernel_bias(
             activation,
@@ -150,8 +138,8 @@ class MaxPooling2D(Layer):
     ) -> None:
         super().__init__(**kwargs)
         _channels_last(self.name, data_format)
-        self.pool_size = _pair(pool_size, "pool_size")
-        self.strides = self.pool_size if strides is None else _pair(strides, "strides")
+        self.pool_size = conv_ops.int_pair(pool_size, "pool_size")
+        self.strides = self.pool_size if strides is None else conv_ops.int_pair(strides, "strides")
         self.padding = _padding(padding)
 
     def call(self, inputs: Any, training: bool | None = None) -> Tensor:

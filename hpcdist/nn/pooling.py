@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from hpcdist.core import conv_ops
 from hpcdist.core import math_ops as ops
 from hpcdist.core.autodiff import record
@@ -27,18 +25,6 @@ __all__ = [
     "GlobalMaxPooling2D",
     "avg_pool2d",
 ]
-
-
-def _pair(value: Any, what: str) -> tuple[int, int]:
-    """``(a, b)`` from an int or a pair of positive ints.
-
-    Raises:
-        ValueError: Not one or two positive integers.
-    """
-    pair = (value, value) if isinstance(value, (int, np.integer)) else tuple(value)
-    if len(pair) != 2 or any(int(v) < 1 for v in pair):
-        raise ValueError(f"{what} must be a positive int or a pair of them, got {value!r}")
-    return int(pair[0]), int(pair[1])
 
 
 def _channels_last(layer: str, data_format: str | None) -> str:
@@ -83,8 +69,8 @@ def avg_pool2d(x: Any, pool_size: Any = 2, strides: Any = None, padding: str = "
     """
     x = as_tensor(x)
     padding = _padding(padding)
-    window = _pair(pool_size, "pool_size")
-    strides = window if strides is None else _pair(strides, "strides")
+    window = conv_ops.int_pair(pool_size, "pool_size")
+    strides = window if strides is None else conv_ops.int_pair(strides, "strides")
     if x.ndim != 4:
         raise ValueError(f"avg_pool2d expects a 4-D input, got shape {x.shape}")
     xp = array_module(x.value)
@@ -137,8 +123,8 @@ class AveragePooling2D(Layer):
     ) -> None:
         super().__init__(**kwargs)
         self.data_format = _channels_last(self.name, data_format)
-        self.pool_size = _pair(pool_size, "pool_size")
-        self.strides = self.pool_size if strides is None else _pair(strides, "strides")
+        self.pool_size = conv_ops.int_pair(pool_size, "pool_size")
+        self.strides = self.pool_size if strides is None else conv_ops.int_pair(strides, "strides")
         self.padding = _padding(padding)
 
     def call(self, inputs: Any, training: bool | None = None) -> Tensor:
