@@ -11,6 +11,7 @@ from hpcdist.data.dataset_options import (
     auto_shard_policy_of,
 )
 from hpcdist.data.options import AutoShardPolicy, InputContext, InputOptions
+from hpcdist.data.tfrecord import TFRecordDataset
 
 INFINITE_CARDINALITY = INFINITE
 UNKNOWN_CARDINALITY = UNKNOWN
@@ -29,6 +30,7 @@ __all__ = [
     "InputOptions",
     "OptimizationOptions",
     "Options",
+    "TFRecordDataset",
     "ThreadingOptions",
     "auto_shard_policy_of",
 ]

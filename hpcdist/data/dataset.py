@@ -26,6 +26,19 @@ INFINITE = -1
 UNKNOWN = -2
 
 
+def _stack(xs: tuple[Any, ...]) -> np.ndarray:
+    """One batch of elements: ``np.stack``, except that ``bytes`` values stay whole.
+
+    numpy's fixed-width bytes dtype drops trailing NUL bytes (a serialized proto may end in
+    one), so a batch of ``bytes`` is an object array of them, as TF's string tensors read back.
+    """
+    if isinstance(xs[0], bytes):
+        out = np.empty(len(xs), object)
+        out[:] = list(xs)
+        return out
+    return np.stack(xs)
+
+
 class Dataset:
     """A lazy sequence of numpy structures.
 
@@ -130,10 +143,10 @@ class Dataset:
             for element in source:
                 buffer.append(element)
                 if len(buffer) == batch_size:
-                    yield map_structure(lambda *xs: np.stack(xs), *buffer)
+                    yield map_structure(lambda *xs: _stack(xs), *buffer)
                     buffer = []
             if buffer and not drop_remainder:
-                yield map_structure(lambda *xs: np.stack(xs), *buffer)
+                yield map_structure(lambda *xs: _stack(xs), *buffer)
 
         card = self._cardinality
         if card >= 0:

@@ -33,6 +33,7 @@ LAYERS = {
     "hpcdist.utils": 0,
     "hpcdist.cluster": 0,
     "hpcdist.data": 0,
+    "hpcdist.io": 0,
     "hpcdist.comm": 1,
     "hpcdist.core": 1,
     "hpcdist.strategies": 2,
