@@ -26,11 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from hpcdist import errors
 from hpcdist.data.nest import flatten, pack_sequence_as
+from hpcdist.errors import DataLossError
 from hpcdist.logger import process_rank
-
-DataLossError = errors.DataLossError
 
 
 def _h5py() -> Any:
@@ -40,7 +38,7 @@ def _h5py() -> Any:
     return h5py
 
 
-__all__ = ["FORMAT", "READ_BLOCK_BYTES", "DataLossError", "cache_path", "cached_iteration"]
+__all__ = ["FORMAT", "READ_BLOCK_BYTES", "cache_path", "cached_iteration"]
 
 FORMAT = "hpcdist-dataset-cache-1"
 """The ``format`` attribute of every cache file."""

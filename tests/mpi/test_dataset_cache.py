@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 
 import hpcdist as hd
-from hpcdist.data import cache
 from hpcdist.data.cache import cache_path
 
 # TF's DataLossError: hpcdist.errors' (hpcdist.data.cache's until errors has it)
-DataLossError = getattr(hd.errors, "DataLossError", cache.DataLossError)
+DataLossError = hd.errors.DataLossError
 pytestmark = pytest.mark.mpi(min_size=2)
 
 

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 import hpcdist as hd
-from hpcdist.data import Dataset, cache
+from hpcdist.data import Dataset
 from hpcdist.data.cache import READ_BLOCK_BYTES, cache_path
 
 # TF's DataLossError: hpcdist.errors' (hpcdist.data.cache's until errors has it)
-DataLossError = getattr(hd.errors, "DataLossError", cache.DataLossError)
+DataLossError = hd.errors.DataLossError
 Pair = collections.namedtuple("Pair", ["image", "label"])
 
 
