@@ -108,7 +108,8 @@ class Communicator:
         self._opts = state.opts
         self._small = self._reduce.small
         self._pending = self._runner.pending
-        self._lock = self._runner.lock
+        self._acquire = self._runner.lock.acquire
+        self._release = self._runner.lock.release
         self._closed = False
         lifetime.register(self)
         if self.size > 1 and self.settings.abort_on_exception:
@@ -212,8 +213,11 @@ class Communicator:
         ):
             opts = self._opts(options)
             if opts.compression is None and opts.implementation in SHM_IMPLS:
-                with self._lock:
+                self._acquire()  # not ``with``: half the cost on this path
+                try:
                     result = self._small(x, op, opts.timeout, x if in_place else None)
+                finally:
+                    self._release()
                 if result is not None:
                     return result
         return self._runner.sync(self._reduce.allreduce, x, op, options, in_place)

@@ -196,7 +196,8 @@ class Envelope:
             timeout: The deadline in seconds, None for none.
             reuse: A deadline made for this envelope (its stall warning and board) to reset
                 and return instead of a new one: the small-message all-reduce keeps one, so
-                that a call allocates nothing.
+                that a call allocates nothing. Its caller sets the reset deadline's
+                ``header_fn`` (which knows the full header).
 
         Raises:
             UnavailableError: An earlier collective failed (or the communicator is closed).
@@ -216,7 +217,7 @@ class Envelope:
             deadline.header_fn = lambda: Header(seq, kind)
         else:
             deadline = reuse
-            deadline.reset(seq, timeout, lambda: Header(seq, kind))
+            deadline.reset(seq, timeout)
         return deadline
 
     def fail(self, exc: BaseException) -> None:

@@ -406,8 +406,9 @@ def reduce_in_rank_order(ufunc: np.ufunc, operands: Sequence[np.ndarray], out: n
         out: The result.
     """
     ufunc(operands[0], operands[1], out=out)
-    for r in range(2, len(operands)):
-        ufunc(out, operands[r], out=out)
+    if len(operands) > 2:  # no loop set up for two ranks: this runs on the fast path
+        for operand in operands[2:]:
+            ufunc(out, operand, out=out)
 
 
 class _Members:
