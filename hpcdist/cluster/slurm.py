@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
-from hpcdist.cluster.base import ClusterResolver, assign_jobs, default_jobs
+from hpcdist.cluster.base import ClusterResolver, assign_jobs, default_jobs, format_master_url
 from hpcdist.cluster.devices import parse_visible_devices
 from hpcdist.cluster.hostlist import expand_hostlist, expand_tasks_per_node
 from hpcdist.cluster.spec import ClusterSpec
@@ -81,7 +81,8 @@ class SlurmClusterResolver(ClusterResolver):
         gpus_per_task: GPUs per task; default ``gpus_per_node // max(tasks per node)``.
         tasks_per_node: An int (every node) or one count per node; default from Slurm.
         auto_set_gpu: Set ``CUDA_VISIBLE_DEVICES`` to this task's GPUs.
-        rpc_layer: Prefix of `master` addresses.
+        rpc_layer: Prefix of `master` addresses (``"grpc"``, TF's default: ``grpc://host:port``;
+            None gives the bare ``host:port``).
 
     Raises:
         RuntimeError: A required Slurm variable is missing (the message names it).
@@ -96,7 +97,7 @@ class SlurmClusterResolver(ClusterResolver):
         gpus_per_task: int | None = None,
         tasks_per_node: int | Sequence[int] | None = None,
         auto_set_gpu: bool = True,
-        rpc_layer: str | None = None,
+        rpc_layer: str | None = "grpc",
     ) -> None:
         self._rank = _int_var("SLURM_PROCID")
         self._world = _int_var("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS")
@@ -134,6 +135,24 @@ class SlurmClusterResolver(ClusterResolver):
         self.task_gpus = self._assign_gpus()
         if auto_set_gpu and self._gpus_per_task > 0 and self.task_gpus is not None:
             os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(self.task_gpus)
+
+    def master(
+        self,
+        task_type: str | None = None,
+        task_id: int | None = None,
+        rpc_layer: str | None = None,
+    ) -> str:
+        """The address of a task (this one by default) as ``rpc_layer://host:port``.
+
+        As TF's `SlurmClusterResolver.master`: a one-task step gives its address too (not
+        ``""``), and ``""`` only when no task is known.
+        """
+        task_type = self.task_type if task_type is None else task_type
+        task_id = self.task_id if task_id is None else task_id
+        if task_type is None or task_id is None:
+            return ""
+        address = self.cluster_spec().task_address(task_type, task_id)
+        return format_master_url(address, rpc_layer or self.rpc_layer)
 
     def get_task_info(self) -> tuple[str, int]:
         """``(task_type, task_id)`` of this task (TF's ``SlurmClusterResolver.get_task_info``)."""

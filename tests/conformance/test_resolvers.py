@@ -12,7 +12,6 @@ EMPTY_JOB_TASKS = (
 )
 
 TF_CONFIG_CHECKED = "docs/differences-from-tensorflow.md: `TF_CONFIG` is checked where it is read."
-SLURM_RPC = "docs/differences-from-tensorflow.md: `SlurmClusterResolver(rpc_layer=None)` by default"
 SPEC_EQ_DICT = (
     "docs/differences-from-tensorflow.md: `ClusterSpec == dict` compares tasks, whatever form the "
     "dict uses"
@@ -121,6 +120,19 @@ def test_task_outside_its_job_is_a_documented_difference(monkeypatch):
     assert expected["cluster"] == {"worker": ["a:1", "b:1"]} and expected["task"] == ("worker", 5)
     assert expected["master"].family == "ValueError"
     assert got.family == "ValueError" and "ClusterConfigError" in got.message
+
+
+def test_task_type_outside_the_cluster_is_a_documented_difference(monkeypatch):
+    """TF accepts a task type the cluster has no job for; master() then names the job."""
+    assert_documented(TF_CONFIG_CHECKED)
+    config = {"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "ps", "index": 0}}
+    monkeypatch.setenv("TF_CONFIG", json.dumps(config))
+    expected, got = both(describe_tfconfig)
+    assert expected["cluster"] == {"worker": ["a:1", "b:1"]} and expected["task"] == ("ps", 0)
+    assert expected["master"].family == "ValueError" and "ps" in expected["master"].message
+    assert expected["master_worker_grpc"] == "grpc://b:1"
+    assert got.family == "ValueError" and "ClusterConfigError" in got.message
+    assert "task type 'ps' is not a job of the cluster ['worker']" in got.message
 
 
 # -- ClusterSpec ------------------------------------------------------------------------------
@@ -263,20 +275,37 @@ def test_slurm_resolver(case_name, monkeypatch):
     conform(lambda lib: describe_slurm(lib, **kw))
 
 
-def test_slurm_default_rpc_layer_is_a_documented_difference(monkeypatch):
-    """TF's SlurmClusterResolver defaults to rpc_layer "grpc": master() is grpc://host:port."""
-    assert_documented(SLURM_RPC)
-    slurm_env(monkeypatch, 1, 2, "h1", "2")
+SLURM_MASTER_CASES = {
+    "default": (3, 4, "node[01-02]", "2(x2)", {}),
+    "one-task": (0, 1, "node01", "1", {}),
+    "ps-layout": (3, 4, "node[01-02]", "2(x2)", {"jobs": {"ps": 2, "worker": 2}}),
+    "rpc-none": (1, 2, "node[01-02]", "1,1", {"rpc_layer": None}),
+    "rpc-custom": (1, 2, "node[01-02]", "1,1", {"rpc_layer": "grpc+verbs"}),
+}
 
-    def case(lib, **kw):
+
+@pytest.mark.parametrize("case_name", list(SLURM_MASTER_CASES))
+def test_slurm_rpc_layer_and_master(case_name, monkeypatch):
+    """TF's SlurmClusterResolver defaults to rpc_layer "grpc": master() is grpc://host:port."""
+    procid, ntasks, nodes, per_node, kw = SLURM_MASTER_CASES[case_name]
+    slurm_env(monkeypatch, procid, ntasks, nodes, per_node)
+
+    def case(lib):
         r = lib.resolvers.SlurmClusterResolver(auto_set_gpu=False, **kw)
         r.cluster_spec()
-        return r.rpc_layer, r.master()
+        out = {
+            "rpc_layer": r.rpc_layer,
+            "master": r.master(),
+            "master_worker_0": attempt(lambda: r.master("worker", 0)),
+            "master_override": attempt(lambda: r.master(rpc_layer="http")),
+        }
+        r.task_type, r.task_id = None, None
+        out["master_without_task"] = r.master()
+        return out
 
-    expected, got = both(case)
-    assert expected == ("grpc", "grpc://h1:8889")
-    assert got == (None, "h1:8889")
-    assert conform(lambda lib: case(lib, rpc_layer="grpc")) == ("grpc", "grpc://h1:8889")
+    out = conform(case)
+    if case_name == "default":
+        assert out["rpc_layer"] == "grpc" and out["master"] == "grpc://node02:8889"
 
 
 def test_slurm_sets_cuda_visible_devices(monkeypatch):

@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from tests.helpers import ROOT, clean_env, mpiexec, run_mpi
@@ -130,3 +131,46 @@ def test_cluster_that_does_not_fit_fails_on_every_rank(case: str, ranks: int, me
     assert out.returncode != 0
     for rank in range(ranks):
         assert f"rank {rank} ClusterConfigError: {message}" in out.stdout, out.stdout
+
+
+def _sessions(stdout: str) -> tuple[dict, dict]:
+    """``starts[(task, session)] = (step, w, b)`` and ``ends[(task, session)] = (runs, step)``."""
+    starts, ends = {}, {}
+    for m in re.finditer(r"worker (\d) session (\d) start_step (\d+) w (\S+) b (\S+)", stdout):
+        w = [float(x) for x in m[4].split(",")]
+        starts[(int(m[1]), int(m[2]))] = (int(m[3]), w, float(m[5]))
+    for m in re.finditer(r"worker (\d) session (\d) runs (\d+) end_step (\d+)", stdout):
+        ends[(int(m[1]), int(m[2]))] = (int(m[3]), int(m[4]))
+    return starts, ends
+
+
+@pytest.mark.parametrize("sessions", [2, 3])
+def test_consecutive_monitored_sessions_keep_the_trained_state(tmp_path, sessions: int) -> None:
+    """A second (third) session in the same program starts where the previous one ended.
+
+    TF: a non-chief's session is ready once its variables are initialized; the ps tasks still
+    hold the trained values and the chief restores its checkpoint, so on every worker the
+    session starts at step >= the previous final step with the trained weights.
+    """
+    steps = 60
+    args = [str(SCRIPTS / "tf1_consecutive_sessions.py"), str(tmp_path / "logs")]
+    out = run_mpi(4, [*args, str(sessions), str(steps)], 150, ENV)
+    assert out.returncode == 0, out.stdout + out.stderr
+    starts, ends = _sessions(out.stdout)
+    every = [(t, k) for t in (0, 1) for k in range(1, sessions + 1)]
+    assert sorted(starts) == every and sorted(ends) == every, out.stdout
+    # The last session ends exactly at its last step; an earlier one may read a later step, as
+    # in TF: the other worker may already train in the next session.
+    assert all(ends[(t, sessions)][1] == sessions * steps for t in (0, 1)), ends
+    assert all(ends[(t, k)][1] >= k * steps for t, k in every), ends
+    for k in range(2, sessions + 1):
+        chief_step, chief_w, chief_b = starts[(0, k)]
+        # The chief restored the last checkpoint (worker 1 may have trained on since).
+        assert (k - 1) * steps <= chief_step < k * steps, starts
+        # Trained: the model is y = x.(1, -2, 3, 0.5) + 0.25; the initial weights are zeros.
+        assert np.allclose(chief_w, [1.0, -2.0, 3.0, 0.5], atol=0.15), chief_w
+        assert abs(chief_b - 0.25) < 0.15, chief_b
+        step, w, b = starts[(1, k)]
+        assert step >= (k - 1) * steps, (k, starts)
+        # What the chief saw, up to the updates the workers applied meanwhile in this session.
+        assert np.allclose(w, chief_w, atol=0.05) and abs(b - chief_b) < 0.05, (k, w, chief_w)

@@ -68,6 +68,33 @@ def test_master_retrieval(slurm_env):
     assert r.master("ps", 0, rpc_layer="test") == "test://t02n13:8888"
 
 
+def test_rpc_layer_defaults_to_grpc_as_in_tf(slurm_env):
+    slurm_env(
+        SLURM_PROCID="3",
+        SLURM_STEP_NUM_TASKS="4",
+        SLURM_STEP_TASKS_PER_NODE="2(x2)",
+        SLURM_STEP_NODELIST="node[01-02]",
+    )
+    r = SlurmClusterResolver(auto_set_gpu=False)
+    assert (r.rpc_layer, r.master()) == ("grpc", "grpc://node02:8889")
+    assert r.master("worker", 0) == "grpc://node01:8888"
+    assert r.master("worker", 0, rpc_layer="http") == "http://node01:8888"
+    bare = SlurmClusterResolver(auto_set_gpu=False, rpc_layer=None)
+    assert (bare.rpc_layer, bare.master()) == (None, "node02:8889")
+    r.task_type, r.task_id = None, None
+    assert r.master() == ""
+
+
+def test_one_task_step_master_is_its_address_as_in_tf(slurm_env):
+    slurm_env(
+        SLURM_PROCID="0",
+        SLURM_STEP_NUM_TASKS="1",
+        SLURM_STEP_TASKS_PER_NODE="1",
+        SLURM_STEP_NODELIST="node01",
+    )
+    assert SlurmClusterResolver(auto_set_gpu=False).master() == "grpc://node01:8888"
+
+
 def test_multi_task_per_node_and_gpu_binding(slurm_env):
     import os
 

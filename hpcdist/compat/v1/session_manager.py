@@ -1,11 +1,24 @@
 """Session creation of a monitored session: scaffold, chief and worker session creators.
 
-The chief places the graph, initializes every variable (the shared ones on the ps tasks and
-its own), restores the newest checkpoint of ``checkpoint_dir`` over them, then publishes
-"ready" with a hash of the graph's ps variables in a header on ps 0. Other workers initialize
-their own variables and wait for that header (`hpcdist.utils.waiting.Waiter`'s polls, at most
-10 ms apart, not TF's 30 s) up to ``max_wait_secs``; a different hash means a different graph,
-an error. No worker talks to another worker, so a finished chief never leaves one hanging.
+Readiness belongs to the ps memory and the graph whose variables it holds, as TF's
+``ready_op`` (``report_uninitialized_variables``) asks the ps tasks whether this graph's
+variables are initialized. A header at the start of ps 0's memory says "the ps tasks hold the
+initialized variables of the graph with hash D" (ready word, graph hash, graph generation).
+
+The chief places the graph. With a checkpoint to restore it restores it (TF runs neither
+``init_op`` nor ``init_fn`` then); variables the ps tasks do not already hold for this graph
+get their initial values first, so a second session of the same graph in the same program
+restores over the trained values instead of resetting them. Without a checkpoint it
+initializes every variable and runs ``init_op`` and ``init_fn``. Before it writes a graph
+that is not the one the header names, it withdraws the header; after, it publishes its graph.
+
+Other workers initialize their own variables and wait (`hpcdist.utils.waiting.Waiter`'s polls,
+at most 10 ms apart, not TF's 30 s) up to ``max_wait_secs`` until the header names their graph:
+a later session of the graph the ps tasks hold is ready at once, with the trained values, as
+in TF. A header naming another graph that the chief published after this worker's previous
+session means the chief built a different graph, an error; one already there at this worker's
+previous session is an earlier graph's, and the worker waits for the chief. No worker talks to
+another worker, so a finished chief never leaves one hanging.
 """
 
 from __future__ import annotations
@@ -35,9 +48,10 @@ class Scaffold:
     Defaults are made by `finalize`.
 
     Args:
-        init_op: Run by the chief after the default initialization, before a restore.
+        init_op: Run by the chief after the default initialization when it restores no
+            checkpoint (as TF).
         init_feed_dict: Feeds for ``init_op``.
-        init_fn: ``init_fn(scaffold, session)`` called after ``init_op``.
+        init_fn: ``init_fn(scaffold, session)`` called after ``init_op`` (likewise).
         local_init_op: Run by every worker after its variables are initialized.
         saver: The `Saver` restoring and saving (default: every global variable).
         **kwargs: TF's other arguments (ready_op, summary_op, ...), accepted.
@@ -108,34 +122,93 @@ class Scaffold:
 
 
 class _Header:
-    """The ready word and graph hash at the start of ps 0's memory."""
+    """The header at the start of ps 0's memory: ready word, graph hash, graph generation.
+
+    The ready word is nonzero while the ps tasks hold the initialized variables of the graph
+    whose hash follows; the generation counts the graphs the chiefs published, so that a
+    worker can tell an earlier graph's header from the chief's current one.
+    """
 
     def __init__(self, cluster: Any) -> None:
         # What `hpcdist.compat.v1.atomics` addresses: a storage, a dtype and a name.
         self.name, self.dtype = "session_header", np.dtype(np.int64)
-        self.storage = cluster.storage(0, 0, (2,), self.dtype, self.name)
+        self.storage = cluster.storage(0, 0, (3,), self.dtype, self.name)
+
+    def holds(self, digest: int) -> bool:
+        """Whether the ps tasks hold the initialized variables of graph ``digest``."""
+        words = self.storage.read()
+        return bool(words[0]) and int(words[1]) == digest
+
+    def withdraw(self) -> None:
+        """The ps memory is about to hold another graph: not ready (the chief only)."""
+        words = self.storage.read()
+        words[0] = 0
+        self.storage.write(words)
 
     def publish(self, digest: int) -> None:
-        self.storage.write(np.array([atomic_read(self, 0), digest], np.int64))
+        """The ps tasks hold graph ``digest``, initialized (the chief only; once per graph)."""
+        words = self.storage.read()
+        if words[0] and int(words[1]) == digest:
+            return
+        self.storage.write(np.array([0, digest, int(words[2]) + 1], np.int64))
         fetch_add(self, 1, 0)
 
-    def wait(self, digest: int, max_wait_secs: float) -> None:
+    def wait(self, digest: int, max_wait_secs: float, seen: int) -> int:
+        """Wait until the header names graph ``digest``; its generation.
+
+        Args:
+            digest: This worker's graph hash.
+            max_wait_secs: The deadline.
+            seen: The generation this worker found at its previous session (0: none).
+
+        Raises:
+            DeadlineExceededError: Not ready within ``max_wait_secs``.
+            ValueError: The chief published another graph since this worker's last session.
+        """
+        earlier: list[int] = []
+
+        def ready() -> np.ndarray | None:
+            if atomic_read(self, 0) == 0:
+                return None
+            words = self.storage.read()
+            if not words[0]:
+                return None
+            if int(words[1]) == digest:
+                return words
+            if int(words[2]) > seen:
+                raise ValueError(
+                    f"this worker built a different graph than the chief: its parameter-server "
+                    f"variables hash to {digest:#x}, the chief's to {int(words[1]):#x}; every "
+                    "worker must create the same variables (names, shapes, dtypes, devices) in "
+                    "the same order"
+                )
+            earlier[:] = [int(words[1])]
+            return None
+
         def late(elapsed: float) -> BaseException:
             del elapsed
+            why = ""
+            if earlier:
+                why = (
+                    f" The parameter servers hold the variables of an earlier graph (hash "
+                    f"{earlier[0]:#x}), not this worker's ({digest:#x}), and the chief has not "
+                    "created a session for this worker's graph."
+                )
             return DeadlineExceededError(
-                f"Session was not ready after waiting {int(max_wait_secs)} secs."
+                f"Session was not ready after waiting {int(max_wait_secs)} secs.{why}"
             )
 
-        Waiter(max_wait_secs, on_timeout=late, max_sleep_s=_MAX_POLL_S).wait(
-            lambda: atomic_read(self, 0) != 0
-        )
-        found = int(self.storage.read()[1])
-        if found != digest:
-            raise ValueError(
-                f"this worker built a different graph than the chief: its parameter-server "
-                f"variables hash to {digest:#x}, the chief's to {found:#x}; every worker must "
-                "create the same variables (names, shapes, dtypes, devices) in the same order"
-            )
+        waiter = Waiter(max_wait_secs, on_timeout=late, max_sleep_s=_MAX_POLL_S)
+        words = waiter.wait_value(ready)
+        assert words is not None  # a waiter with a timeout error raises instead
+        return int(words[2])
+
+
+def _header(sess: Session) -> _Header | None:
+    """The session header, when the session's graph has variables on the ps tasks."""
+    if sess.cluster is None or not sess.placement.remote:
+        return None
+    return _Header(sess.cluster)
 
 
 def _shared(var: Any, cluster: Any) -> bool:
@@ -162,7 +235,7 @@ class _SessionCreator:
 
 
 class ChiefSessionCreator(_SessionCreator):
-    """Initialize every variable, restore the newest checkpoint, publish "ready".
+    """Restore the newest checkpoint (or initialize every variable), then publish "ready".
 
     Args:
         scaffold: The scaffold (default one).
@@ -185,27 +258,35 @@ class ChiefSessionCreator(_SessionCreator):
         self.checkpoint_path = checkpoint_filename_with_path
 
     def create_session(self) -> Session:
-        """A ready session."""
+        """A ready session: restored from the newest checkpoint, or initialized."""
         sess = self._session()
-        self._init(sess.graph.variables)
-        if self.scaffold.init_op is not None:
-            sess.run(self.scaffold.init_op, feed_dict=self.scaffold.init_feed_dict)
-        if self.scaffold.init_fn is not None:
-            self.scaffold.init_fn(sess)
+        header = _header(sess)
+        digest = sess.placement.digest
+        held = header is not None and header.holds(digest)
+        if header is not None and not held:
+            header.withdraw()
         path = self.checkpoint_path or (
             latest_checkpoint(self.checkpoint_dir) if self.checkpoint_dir else None
         )
         if path:
+            # The ps tasks' copy of this graph stays until the restore replaces it.
+            self._init([v for v in sess.graph.variables if not (held and _shared(v, sess.cluster))])
             get_logger().info("Restoring parameters from %s", path)
             self.scaffold.saver.restore(sess, path)
+        else:
+            self._init(sess.graph.variables)
+            if self.scaffold.init_op is not None:
+                sess.run(self.scaffold.init_op, feed_dict=self.scaffold.init_feed_dict)
+            if self.scaffold.init_fn is not None:
+                self.scaffold.init_fn(sess)
         self._local_init(sess)
-        if sess.cluster is not None and sess.placement.remote:
-            _Header(sess.cluster).publish(sess.placement.digest)
+        if header is not None:
+            header.publish(digest)
         return sess
 
 
 class WorkerSessionCreator(_SessionCreator):
-    """Initialize this worker's own variables and wait for the chief's "ready".
+    """Initialize this worker's own variables and wait until the ps tasks hold this graph.
 
     Args:
         scaffold: The scaffold.
@@ -233,7 +314,10 @@ class WorkerSessionCreator(_SessionCreator):
         """
         sess = self._session()
         self._init([v for v in sess.graph.variables if not _shared(v, sess.cluster)])
-        if sess.cluster is not None and sess.placement.remote:
-            _Header(sess.cluster).wait(sess.placement.digest, self.max_wait_secs)
+        header = _header(sess)
+        if header is not None:
+            cluster = sess.cluster
+            seen = header.wait(sess.placement.digest, self.max_wait_secs, cluster.seen_generation)
+            cluster.seen_generation = seen
         self._local_init(sess)
         return sess

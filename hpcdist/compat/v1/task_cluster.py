@@ -34,7 +34,8 @@ __all__ = ["HEADER_BYTES", "PS_JOB", "TaskCluster", "current", "set_current"]
 
 #: The job whose tasks hold variables (TF's convention; replica_device_setter's default).
 PS_JOB = "ps"
-#: Bytes at the start of ps 0's memory kept for the session header (ready flag, graph hash).
+#: Bytes at the start of ps 0's memory kept for the session header (ready word, graph hash,
+#: graph generation; `hpcdist.compat.v1.session_manager`).
 HEADER_BYTES = 64
 
 
@@ -64,6 +65,8 @@ class TaskCluster:
         self.store = RmaStore(channel, self.ps_ranks)
         self._left = False
         self.closed = False
+        #: The session header's graph generation this worker found at its last session.
+        self.seen_generation = 0
         if self.ps_ranks:
             self.store.create_segment([self.segment_bytes] * len(self.ps_ranks))
             if self.is_ps:
