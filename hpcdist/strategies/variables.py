@@ -204,9 +204,8 @@ class SyncOnReadVariable(_DistributedVariable):
             return self._storage[index].read()
         agg = self.aggregation
         if agg is VariableAggregation.ONLY_FIRST_REPLICA:
-            first = self._storage[0].read()
-            comm = self._strategy.extended.communicator
-            return first if comm is None else to_numpy(comm.broadcast(to_numpy(first), root=0))
+            # TF's: this worker's first copy, no communication (each worker may read another).
+            return self._storage[0].read()
         if agg is VariableAggregation.NONE:
             raise ValueError(
                 f"cannot read sync-on-read variable {self.name!r} with aggregation NONE in "

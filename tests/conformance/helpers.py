@@ -60,21 +60,31 @@ _BUILTIN = [
 
 def family(error: BaseException) -> str:
     """The type family of an exception: TF's error name, or the built-in class it derives from."""
-    names = [c.__name__ for c in type(error).__mro__]
-    for name in _NAMED:
-        if name in names:
-            return name
-    for base in _BUILTIN:
-        if isinstance(error, base):
-            return base.__name__
-    return type(error).__name__
+    return family_of([c.__name__ for c in type(error).__mro__])
 
 
 def families(error: BaseException) -> frozenset[str]:
     """Every family ``error`` belongs to: what a ported ``except`` clause would catch it as."""
-    names = {c.__name__ for c in type(error).__mro__}
-    named = {name for name in _NAMED if name in names}
-    return frozenset(named | {b.__name__ for b in _BUILTIN if isinstance(error, b)})
+    return families_of([c.__name__ for c in type(error).__mro__])
+
+
+def family_of(names: list[str]) -> str:
+    """`family` of an exception known by the names of its class and bases (most derived first).
+
+    For an exception recorded in another process (the multi-worker cases).
+    """
+    for name in _NAMED:
+        if name in names:
+            return name
+    for base in _BUILTIN:
+        if base.__name__ in names:
+            return base.__name__
+    return names[0]
+
+
+def families_of(names: list[str]) -> frozenset[str]:
+    """`families` of an exception known by the names of its class and bases."""
+    return frozenset(n for n in (*_NAMED, *(b.__name__ for b in _BUILTIN)) if n in names)
 
 
 @dataclass(frozen=True)
