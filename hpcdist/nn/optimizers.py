@@ -9,6 +9,7 @@ moments) are variables of the same strategy.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable
 from typing import Any
 
@@ -93,6 +94,49 @@ class Optimizer:
         self._learning_rate = value if isinstance(value, LearningRateSchedule) else float(value)
 
     lr = learning_rate
+
+    # -- config --------------------------------------------------------------------------------
+
+    def get_config(self) -> dict[str, Any]:
+        """Keras' optimizer config: ``name``, ``learning_rate`` and the hyperparameters.
+
+        ``learning_rate`` is a plain float, as in Keras, or for a schedule Keras' serialized
+        form ``{"class_name": ..., "config": ...}``. The other keys are the constructor's
+        arguments this optimizer keeps (``beta_1``, ``clipnorm``, ...).
+        """
+        params = {
+            name
+            for cls in type(self).__mro__
+            if "__init__" in vars(cls)
+            for name in inspect.signature(vars(cls)["__init__"]).parameters
+        }
+        config: dict[str, Any] = {"name": self.name}
+        lr = self._learning_rate
+        if isinstance(lr, LearningRateSchedule):
+            config["learning_rate"] = {"class_name": type(lr).__name__, "config": lr.get_config()}
+        else:
+            config["learning_rate"] = float(lr)
+        for key, value in vars(self).items():
+            if key in params and key not in config and isinstance(value, bool | int | float):
+                config[key] = value
+            elif key in params and value is None:
+                config[key] = None
+        return config
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Optimizer:
+        """An optimizer from `get_config`'s output."""
+        config = dict(config)
+        lr = config.get("learning_rate")
+        if isinstance(lr, dict):
+            schedule = getattr(schedules, lr["class_name"], None)
+            if not (isinstance(schedule, type) and issubclass(schedule, LearningRateSchedule)):
+                raise ValueError(
+                    f"unknown learning-rate schedule {lr['class_name']!r}: expected one of "
+                    f"{schedules.__all__}"
+                )
+            config["learning_rate"] = schedule.from_config(lr["config"])
+        return cls(**config)
 
     # -- slots -------------------------------------------------------------------------------------
 

@@ -111,10 +111,7 @@ def _compile_config(model: Any) -> dict[str, Any] | None:
         return None
     return {
         "optimizer": type(optimizer).__name__,
-        "optimizer_config": {
-            **_arguments(optimizer),
-            "learning_rate": float(optimizer.learning_rate),
-        },
+        "optimizer_config": optimizer.get_config(),
         "loss": type(loss).__name__,
         "loss_config": _arguments(loss),
         "metrics": [m.name for m in getattr(model, "compiled_metrics", [])],
@@ -230,7 +227,7 @@ def _compile_arguments(config: dict[str, Any]) -> dict[str, Any]:
     optimizer_cls = getattr(optimizers_mod, config["optimizer"])
     loss_cls = getattr(losses_mod, config["loss"])
     return {
-        "optimizer": optimizer_cls(**config["optimizer_config"]),
+        "optimizer": optimizer_cls.from_config(config["optimizer_config"]),
         "loss": loss_cls(**config["loss_config"]),
         "metrics": config["metrics"],
         "weighted_metrics": config.get("weighted_metrics", []),

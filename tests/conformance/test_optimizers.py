@@ -121,3 +121,44 @@ def test_optimizer_in_strategy_run_sums_replica_gradients():
         return [np.asarray(c) for c in s.experimental_local_results(w)]
 
     conform(case)
+
+
+# Keras' config keys that hpcdist's optimizers do not have (its optimizers have no weight
+# averaging, loss scaling or gradient accumulation): listed so that a new key on either side
+# shows up here.
+KERAS_ONLY_CONFIG_KEYS = {
+    "use_ema",
+    "ema_momentum",
+    "ema_overwrite_frequency",
+    "loss_scale_factor",
+    "gradient_accumulation_steps",
+    "weight_decay",  # Keras has it on every optimizer; hpcdist on AdamW only
+}
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_optimizer_get_config(name):
+    """``learning_rate`` is a plain float (a schedule's serialized form) as in Keras' config."""
+
+    def case(lib):
+        config = OPTIMIZERS[name](lib.keras).get_config()
+        lr = config["learning_rate"]
+        if isinstance(lr, dict):  # Keras adds module and registered_name
+            lr = {"class_name": lr["class_name"], "config": lr["config"]}
+        shared = {
+            k: v
+            for k, v in config.items()
+            if k not in KERAS_ONLY_CONFIG_KEYS and k not in ("name", "learning_rate")
+        }
+        return {"learning_rate": lr, "type": type(lr).__name__, **shared}
+
+    conform(case)
+
+
+def test_optimizer_from_config_round_trip():
+    def case(lib):
+        opt = OPTIMIZERS["adam-piecewise"](lib.keras)
+        again = type(opt).from_config(opt.get_config())
+        return trajectory(lib, lambda k: again)
+
+    conform(case)
