@@ -70,19 +70,24 @@ def _padded(
     return out, (oh, ow), (ph[0], pw[0])
 
 
-def _windows(
+def _window_views(
     x: Any, window: tuple[int, int], strides: tuple[int, int], out: tuple[int, int]
-) -> Any:
-    """``(batch, oh, ow, kh * kw, channels)``: every window's values, kernel positions in order."""
-    xp = array_module(x)
+) -> list[Any]:
+    """One strided view of ``x`` per kernel position, in row-major order (no copy)."""
     sh, sw = strides
     oh, ow = out
-    slices = [
+    return [
         x[:, i : i + sh * (oh - 1) + 1 : sh, j : j + sw * (ow - 1) + 1 : sw, :]
         for i in range(window[0])
         for j in range(window[1])
     ]
-    return xp.stack(slices, axis=3)
+
+
+def _windows(
+    x: Any, window: tuple[int, int], strides: tuple[int, int], out: tuple[int, int]
+) -> Any:
+    """``(batch, oh, ow, kh * kw, channels)``: every window's values, kernel positions in order."""
+    return array_module(x).stack(_window_views(x, window, strides, out), axis=3)
 
 
 def _scatter_windows(
@@ -93,17 +98,9 @@ def _scatter_windows(
     out: tuple[int, int],
 ) -> Any:
     """The adjoint of `_windows`: add each window's values back where they were read."""
-    xp = array_module(cols)
-    grad = xp.zeros(padded_shape, cols.dtype)
-    sh, sw = strides
-    oh, ow = out
-    k = 0
-    for i in range(window[0]):
-        for j in range(window[1]):
-            grad[:, i : i + sh * (oh - 1) + 1 : sh, j : j + sw * (ow - 1) + 1 : sw, :] += cols[
-                :, :, :, k, :
-            ]
-            k += 1
+    grad = array_module(cols).zeros(padded_shape, cols.dtype)
+    for k, view in enumerate(_window_views(grad, window, strides, out)):
+        view += cols[:, :, :, k, :]
     return grad
 
 
@@ -139,12 +136,12 @@ def conv2d(x: Any, kernel: Any, strides: Any = 1, padding: str = "valid") -> Ten
     padded, out_hw, top_left = _padded(x.value, window, strides, padding, 0.0)
     cols = _windows(padded, window, strides, out_hw)
     n, oh, ow = x.shape[0], out_hw[0], out_hw[1]
-    flat_cols = cols.reshape(n * oh * ow, -1)
+    flat_cols = cols.reshape(n * oh * ow, window[0] * window[1] * x.shape[3])
     flat_kernel = kernel.value.reshape(-1, kernel.shape[3])
     value = (flat_cols @ flat_kernel).reshape(n, oh, ow, kernel.shape[3])
 
     def backward(g: Any) -> tuple[Any, Any]:
-        g2 = g.reshape(n * oh * ow, -1)
+        g2 = g.reshape(n * oh * ow, kernel.shape[3])
         gk = (flat_cols.T @ g2).reshape(kernel.shape) if kernel.trace else None
         gx = None
         if x.trace:
@@ -159,7 +156,10 @@ def conv2d(x: Any, kernel: Any, strides: Any = 1, padding: str = "valid") -> Ten
 def max_pool2d(x: Any, pool_size: Any = 2, strides: Any = None, padding: str = "valid") -> Tensor:
     """Max over each window of NHWC ``x`` (``tf.nn.max_pool2d``).
 
-    The gradient goes to the first maximum of each window (row-major order), as TF's.
+    The gradient goes to the first maximum of each window (row-major order), as TF's. Both
+    directions work on one strided view of the input per window position (a running maximum
+    forward; backward, each position takes the gradient where it holds the maximum and no
+    earlier position did), so no window array is built.
 
     Args:
         x: ``(batch, height, width, channels)``.
@@ -179,14 +179,23 @@ def max_pool2d(x: Any, pool_size: Any = 2, strides: Any = None, padding: str = "
     xp = array_module(x.value)
     fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
     padded, out_hw, top_left = _padded(x.value, window, strides, padding, fill)
-    cols = _windows(padded, window, strides, out_hw)
-    winner = xp.argmax(cols, axis=3)
-    value = xp.take_along_axis(cols, winner[:, :, :, None, :], axis=3)[:, :, :, 0, :]
+    views = _window_views(padded, window, strides, out_hw)
+    value = views[0].copy()
+    for view in views[1:]:
+        xp.maximum(value, view, out=value)
 
     def backward(g: Any) -> tuple[Any]:
-        positions = xp.arange(cols.shape[3]).reshape(1, 1, 1, -1, 1)
-        gcols = (positions == winner[:, :, :, None, :]) * g[:, :, :, None, :]
-        gpad = _scatter_windows(gcols.astype(g.dtype), padded.shape, window, strides, out_hw)
+        gpad = xp.zeros(padded.shape, g.dtype)
+        grad_views = _window_views(gpad, window, strides, out_hw)
+        taken = xp.zeros(value.shape, bool)
+        last = len(views) - 1
+        for k, (view, grad_view) in enumerate(zip(views, grad_views, strict=True)):
+            hit = view == value
+            if k:
+                hit &= ~taken
+            if k < last:
+                taken |= hit
+            grad_view += xp.where(hit, g, 0)
         return (_unpad(gpad, x.shape, top_left),)
 
     return record(value, (x,), backward)

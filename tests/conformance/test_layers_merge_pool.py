@@ -201,3 +201,22 @@ def test_functional_residual_model_trained_with_fit():
         return history.history["loss"], model.get_weights()
 
     conform(case)
+
+
+@pytest.mark.parametrize(
+    ("pool", "strides", "padding", "shape"),
+    [(2, None, "valid", (2, 6, 7, 3)), (3, 2, "same", (2, 7, 6, 2)), (3, 1, "valid", (1, 5, 5, 2))],
+)
+def test_max_pooling_gradient_of_ties_goes_to_the_first_maximum(pool, strides, padding, shape):
+    """Inputs with many equal values (rounded, half of them the zeros a ReLU leaves)."""
+
+    def case(lib):
+        x = np.maximum(np.round(data(shape, 5)), 0.0).astype(F32)
+        v = lib.tf.Variable(x)
+        layer = lib.keras.layers.MaxPooling2D(pool, strides, padding=padding)
+        with lib.tf.GradientTape() as tape:
+            out = layer(v)
+            loss = lib.tf.reduce_sum(out * data(tuple(out.shape), 98))
+        return out, tape.gradient(loss, v)
+
+    conform(case)

@@ -69,6 +69,19 @@ def test_max_pooling_matches_keras():
     np.testing.assert_allclose(default.sum(), 13.908830642700195, rtol=1e-6)
 
 
+def test_conv2d_and_max_pooling_of_an_empty_batch():
+    """A replica's empty share of a small last batch: empty outputs and zero-size gradients."""
+    x = hd.Variable(np.zeros((0, 8, 8, 3), np.float32))
+    kernel = hd.Variable(np.ones((3, 3, 3, 4), np.float32))
+    with hd.GradientTape() as tape:
+        y = conv_ops.conv2d(x, kernel, padding="same")
+        pooled = conv_ops.max_pool2d(y, 2)
+        loss = hd.reduce_sum(pooled)
+    gx, gk = tape.gradient(loss, [x, kernel])
+    assert (y.shape, pooled.shape, gx.shape) == ((0, 8, 8, 4), (0, 4, 4, 4), (0, 8, 8, 3))
+    np.testing.assert_array_equal(np.asarray(gk), np.zeros((3, 3, 3, 4), np.float32))
+
+
 @pytest.mark.parametrize(
     ("strides", "padding"), [(1, "valid"), (2, "same"), ((2, 1), "same"), ((1, 2), "valid")]
 )
