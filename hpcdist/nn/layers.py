@@ -1,13 +1,14 @@
 """Keras-shaped layers (``tf.keras.layers``) on `hpcdist.nn.ops`.
 
-Dense, Embedding, Dropout, Flatten, Activation, ReLU and LayerNormalization here; Conv2D and
-MaxPooling2D (`hpcdist.nn.conv_layers`), Reshape (`hpcdist.nn.reshaping`), InputLayer
-(`hpcdist.nn.input_layer`), the merge layers (`hpcdist.nn.merge`), the average and global
-poolings (`hpcdist.nn.pooling`), ZeroPadding2D (`hpcdist.nn.reshaping`), Softmax
-(`hpcdist.nn.activation_layers`) and the `Layer` base class (`hpcdist.nn.base_layer`) are
-exported here too, as Keras groups them; so are the preprocessing layers StringLookup and
-IntegerLookup (`hpcdist.nn.lookups`), Hashing (`hpcdist.nn.hashing`) and CategoryEncoding
-(`hpcdist.nn.category_encoding`).
+Dense, Embedding, Dropout, Flatten, Activation and ReLU here; LayerNormalization and
+BatchNormalization (`hpcdist.nn.normalization`), MultiHeadAttention (`hpcdist.nn.attention`),
+EinsumDense (`hpcdist.nn.einsum_dense`), Conv2D and MaxPooling2D (`hpcdist.nn.conv_layers`),
+Reshape (`hpcdist.nn.reshaping`), InputLayer (`hpcdist.nn.input_layer`), the merge layers
+(`hpcdist.nn.merge`), the average and global poolings (`hpcdist.nn.pooling`), ZeroPadding2D
+(`hpcdist.nn.reshaping`), Softmax (`hpcdist.nn.activation_layers`) and the `Layer` base class
+(`hpcdist.nn.base_layer`) are exported here too, as Keras groups them; so are the preprocessing
+layers StringLookup and IntegerLookup (`hpcdist.nn.lookups`), Hashing (`hpcdist.nn.hashing`) and
+CategoryEncoding (`hpcdist.nn.category_encoding`).
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from hpcdist.core import math_ops as ops
 from hpcdist.core.tensors import Tensor, as_tensor
 from hpcdist.nn import activations, initializers
 from hpcdist.nn.activation_layers import Softmax
+from hpcdist.nn.attention import MultiHeadAttention
 from hpcdist.nn.base_layer import Layer, float_input
 from hpcdist.nn.category_encoding import CategoryEncoding
 from hpcdist.nn.conv_layers import Conv2D, MaxPooling2D
+from hpcdist.nn.einsum_dense import EinsumDense
 from hpcdist.nn.embedding import embedding_lookup
 from hpcdist.nn.hashing import Hashing
 from hpcdist.nn.input_layer import Input, InputLayer
@@ -50,6 +53,7 @@ from hpcdist.nn.merge import (
     multiply,
     subtract,
 )
+from hpcdist.nn.normalization import BatchNormalization, LayerNormalization
 from hpcdist.nn.pooling import (
     AveragePooling2D,
     GlobalAveragePooling1D,
@@ -65,11 +69,13 @@ __all__ = [
     "Add",
     "Average",
     "AveragePooling2D",
+    "BatchNormalization",
     "CategoryEncoding",
     "Concatenate",
     "Conv2D",
     "Dense",
     "Dropout",
+    "EinsumDense",
     "Embedding",
     "Flatten",
     "GlobalAveragePooling1D",
@@ -85,6 +91,7 @@ __all__ = [
     "MaxPooling2D",
     "Maximum",
     "Minimum",
+    "MultiHeadAttention",
     "Multiply",
     "ReLU",
     "Reshape",
@@ -279,35 +286,3 @@ class ReLU(Activation):
     def __init__(self, **kwargs: Any) -> None:
         kwargs.pop("activation", None)  # from a saved config
         super().__init__("relu", **kwargs)
-
-
-class LayerNormalization(Layer):
-    """Normalise over the last axis, then scale (``gamma``) and shift (``beta``).
-
-    Args:
-        epsilon: Added to the variance.
-        **kwargs: `Layer` arguments.
-    """
-
-    def __init__(self, epsilon: float = 1e-3, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.epsilon = float(epsilon)
-
-    def get_config(self) -> dict[str, Any]:
-        """Constructor arguments (JSON-able)."""
-        return {**super().get_config(), "epsilon": self.epsilon}
-
-    def build(self, input_shape: tuple[int, ...]) -> None:
-        """``gamma`` (ones) and ``beta`` (zeros) of the last axis' size."""
-        self.gamma = self.add_weight("gamma", (input_shape[-1],), "ones")
-        self.beta = self.add_weight("beta", (input_shape[-1],), "zeros")
-        self.built = True
-
-    def call(self, inputs: Any, training: bool | None = None) -> Tensor:
-        """``(x - mean) / sqrt(var + eps) * gamma + beta`` over the last axis."""
-        x = float_input(inputs, self.dtype)
-        mean = ops.reduce_mean(x, axis=-1, keepdims=True)
-        centered = ops.subtract(x, mean)
-        var = ops.reduce_mean(ops.square(centered), axis=-1, keepdims=True)
-        normed = ops.divide(centered, ops.sqrt(ops.add(var, self.epsilon)))
-        return ops.add(ops.multiply(normed, self.gamma), self.beta)
