@@ -6,7 +6,7 @@ with a dict input, ``step_fn`` scheduled with ClusterCoordinator on a per-worker
 accuracy per epoch, a fetched loss and an evaluation. Run as one coordinator, two ps and one
 worker: ``HPCDIST_NUM_PS=2 mpiexec -n 4 python examples/tutorials/parameter_server_training.py``.
 Edits: the import block; the in-process gRPC cluster (TF-only) replaced by the MPI launch;
-``StringLookup`` preprocessing done with Python dicts (hpcdist has no StringLookup layer); the
+the
 ``.keras`` suffix Keras 3 requires on ModelCheckpoint's path; Keras 3 optimizers (no
 ``optimizers.legacy``).
 """
@@ -119,10 +119,20 @@ history = model.fit(dataset, epochs=5, steps_per_epoch=20, callbacks=callbacks)
 feature_vocab = ["avenger", "ironman", "batman", "hulk", "spiderman", "kingkong", "wonder_woman"]
 label_vocab = ["yes", "no"]
 
-# keras.layers.StringLookup(vocabulary=..., mask_token=None) as Python dicts: ids from 1, 0 for
-# out of vocabulary; labels without an out-of-vocabulary id.
-feature_ids = {word: i + 1 for i, word in enumerate(feature_vocab)}
-label_ids = {word: i for i, word in enumerate(label_vocab)}
+with strategy.scope():
+    feature_lookup_layer = keras.layers.StringLookup(vocabulary=feature_vocab, mask_token=None)
+    label_lookup_layer = keras.layers.StringLookup(
+        vocabulary=label_vocab, num_oov_indices=0, mask_token=None
+    )
+
+    raw_feature_input = keras.layers.Input(shape=(3,), dtype=tf.string, name="features")
+    feature_id_input = feature_lookup_layer(raw_feature_input)
+    feature_preprocess_stage = keras.Model({"features": raw_feature_input}, feature_id_input)
+
+    raw_label_input = keras.layers.Input(shape=(1,), dtype=tf.string, name="label")
+    label_id_input = label_lookup_layer(raw_label_input)
+
+    label_preprocess_stage = keras.Model({"label": raw_label_input}, label_id_input)
 
 
 def feature_and_label_gen(num_examples=200):
@@ -138,19 +148,22 @@ def feature_and_label_gen(num_examples=200):
 examples = feature_and_label_gen()
 
 
-def preprocess(examples):
-    """The lookup stages applied to a dict of string examples."""
-    features = [[feature_ids.get(w, 0) for w in row] for row in examples["features"]]
-    labels = [[label_ids[w] for w in row] for row in examples["label"]]
-    return {"features": tf.constant(features, dtype=tf.int64)}, tf.constant(
-        labels, dtype=tf.int64
-    )
-
-
+# Keras 3 (TF 2.21 too) rejects an unbatched (3,) example for the stage's (None, 3) input: the
+# stages map batches, after `batch` (the tutorial maps examples before `shuffle`).
 def dataset_fn(_):
-    raw_dataset = tf.data.Dataset.from_tensor_slices(preprocess(examples))
+    raw_dataset = tf.data.Dataset.from_tensor_slices(examples)
 
-    train_dataset = raw_dataset.shuffle(200).batch(32).repeat()
+    train_dataset = (
+        raw_dataset.shuffle(200)
+        .batch(32)
+        .map(
+            lambda x: (
+                {"features": feature_preprocess_stage(x["features"])},
+                label_preprocess_stage(x["label"]),
+            )
+        )
+        .repeat()
+    )
     return train_dataset
 
 
@@ -238,9 +251,16 @@ for i in range(num_epochs):
 loss = coordinator.schedule(step_fn, args=(per_worker_iterator,))
 print("Final loss is %f" % loss.fetch())
 
-eval_dataset = tf.data.Dataset.from_tensor_slices(
-    preprocess(feature_and_label_gen(num_examples=16))
-).batch(8)
+eval_dataset = (
+    tf.data.Dataset.from_tensor_slices(feature_and_label_gen(num_examples=16))
+    .batch(8)
+    .map(
+        lambda x: (
+            {"features": feature_preprocess_stage(x["features"])},
+            label_preprocess_stage(x["label"]),
+        )
+    )
+)
 
 eval_accuracy = keras.metrics.Accuracy()
 
