@@ -149,6 +149,7 @@ _RULES: dict[str, Callable[[Any], Any]] = {
     "timeline": _path,
     "overlap_gradients": _bool,
     "overlap_bucket_bytes": _int_rule(0),
+    "ps_launch": _path,
 }
 
 
@@ -213,6 +214,9 @@ class Settings:
             Env: ``HPCDIST_OVERLAP_GRADIENTS``.
         overlap_bucket_bytes: Bucket size of the overlapped all-reduce; 0 = one bucket per
             variable. Env: ``HPCDIST_OVERLAP_BUCKET_BYTES``.
+        ps_launch: The launch file that ``hpcdist run --ps P --workers W`` hands each of its
+            jobs (role, worker index, the job's secret; `hpcdist.cluster.launched`); None
+            outside that launch. Env: ``HPCDIST_PS_LAUNCH``.
 
     Raises:
         ValueError: A value breaks its field's rule; the message names the field, what is
@@ -239,6 +243,7 @@ class Settings:
     timeline: str | None = None
     overlap_gradients: bool = False
     overlap_bucket_bytes: int = 4 << 20
+    ps_launch: str | None = None
 
     def __post_init__(self) -> None:
         for name, rule in _RULES.items():

@@ -14,12 +14,15 @@ import sys
 from pathlib import Path
 
 from hpcdist.cli.launch import DEFAULT_KILL_AFTER_S, JobSignals, launcher_command, run_job
+from hpcdist.cli.ps_launch import run_fault_tolerant
 from hpcdist.cli.restarts import run_with_restarts
 from hpcdist.cli.timeline_summary import format_summary, load_trace, summarize
 from hpcdist.logger import process_rank
 
 __all__ = ["main"]
 
+#: Exit codes of a job whose rank was killed (SIGKILL, as hydra and a shell report it).
+_KILLED_CODES = (9, 137)
 _BENCH_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
@@ -36,9 +39,32 @@ def _cmd_run(args: argparse.Namespace) -> int:
     argv = [args.script, *args.args]
     if args.timeline:
         os.environ["HPCDIST_TIMELINE"] = os.path.abspath(args.timeline)
+    if args.workers is not None or args.ps is not None:
+        if args.workers is None or args.ps is None or args.n is not None or args.max_restarts:
+            print(
+                "hpcdist run: the fault-tolerant parameter-server launch takes --ps P and "
+                "--workers W together, without -n or --max-restarts",
+                file=sys.stderr,
+            )
+            return 2
+        return run_fault_tolerant(
+            argv, args.ps, args.workers, args.worker_restarts, kill_after=args.kill_after
+        )
+    if args.n is None:
+        print("hpcdist run: expected -n N (or --ps P --workers W)", file=sys.stderr)
+        return 2
     if args.max_restarts == 0 and args.min_ranks is None:
         with JobSignals() as signals:
-            return run_job(launcher_command(args.n, argv), signals, kill_after=args.kill_after)
+            code = run_job(launcher_command(args.n, argv), signals, kill_after=args.kill_after)
+        if code in _KILLED_CODES and signals.received is None:
+            print(
+                f"hpcdist run: a rank was killed (exit code {code}) and the MPI launcher ended "
+                "the job: one MPI job cannot outlive a dead rank. A ParameterServerStrategy "
+                "job survives dead workers when launched as `hpcdist run --ps P --workers W "
+                "[--worker-restarts K] script.py` (docs/parameter-server.md)",
+                file=sys.stderr,
+            )
+        return code
     return run_with_restarts(
         lambda n: launcher_command(n, argv),
         args.n,
@@ -79,7 +105,26 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("info", help="describe the MPI library, ranks, GPUs and the cluster")
     p.set_defaults(fn=_cmd_info)
     p = sub.add_parser("run", help="run a script on N ranks (srun in Slurm, else mpiexec)")
-    p.add_argument("-n", type=int, required=True, help="number of ranks")
+    p.add_argument("-n", type=int, default=None, help="number of ranks")
+    p.add_argument(
+        "--ps",
+        type=int,
+        default=None,
+        help="fault-tolerant parameter-server launch: the coordinator and this many ps ranks "
+        "as one job (with --workers)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="fault-tolerant parameter-server launch: this many workers, each its own job",
+    )
+    p.add_argument(
+        "--worker-restarts",
+        type=int,
+        default=0,
+        help="restart a worker that dies this many times (each, same index)",
+    )
     p.add_argument(
         "--max-restarts",
         type=int,

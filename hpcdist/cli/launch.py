@@ -35,6 +35,7 @@ __all__ = [
     "DEFAULT_KILL_AFTER_S",
     "FORWARDED_SIGNALS",
     "JobSignals",
+    "JobTree",
     "launcher_command",
     "run_job",
 ]
@@ -149,6 +150,50 @@ class JobSignals:
             return {}
         _track(self._job.pid, self._tracked)
         return {pid: start for pid, start in self._tracked.items() if _start_time(pid) == start}
+
+
+class JobTree:
+    """One started job (mpiexec and the processes below it) that can be signalled as a whole.
+
+    The launcher of several jobs (``hpcdist run --workers``, `hpcdist.cli.ps_launch`) keeps
+    one per job: processes below the job are followed through /proc as in `JobSignals`.
+
+    Args:
+        job: The job's launcher process, started in a session of its own.
+    """
+
+    def __init__(self, job: subprocess.Popen) -> None:
+        self.job = job
+        self._tracked: dict[int, str] = {}
+
+    def track(self) -> None:
+        """Record the processes below the job now (before its launcher can end)."""
+        if self.job.poll() is None:
+            _track(self.job.pid, self._tracked)
+
+    def alive(self) -> dict[int, str]:
+        """The job's processes still running: {pid: start time} (the launcher not counted)."""
+        self.track()
+        return {pid: start for pid, start in self._tracked.items() if _start_time(pid) == start}
+
+    def signal(self, sig: signal.Signals) -> None:
+        """Send ``sig`` to the job's process group (mpiexec passes it on to the ranks)."""
+        self.track()
+        if self.job.poll() is None:
+            _signal_group(self.job.pid, sig)
+
+    def kill(self) -> None:
+        """SIGKILL the job's process group and every process below it; reap the launcher."""
+        alive = self.alive()
+        if self.job.poll() is None:
+            _signal_group(self.job.pid, signal.SIGKILL)
+        for pid, start in alive.items():
+            if _start_time(pid) == start:
+                _signal_pid(pid, signal.SIGKILL)
+        self.job.wait()
+        settle = time.monotonic() + _SETTLE_S
+        while self.alive() and time.monotonic() < settle:
+            time.sleep(_STOPPING_POLL_S)
 
 
 def run_job(

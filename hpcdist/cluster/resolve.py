@@ -8,11 +8,13 @@ from collections.abc import Mapping
 from mpi4py import MPI
 
 from hpcdist.cluster.base import ClusterResolver
+from hpcdist.cluster.launched import launched_resolver, read_launch
 from hpcdist.cluster.mpi import MPIClusterResolver
 from hpcdist.cluster.simple import SimpleClusterResolver
 from hpcdist.cluster.slurm import SlurmClusterResolver
 from hpcdist.cluster.tfconfig import TFConfigClusterResolver
 from hpcdist.errors import ClusterConfigError
+from hpcdist.settings import get_settings
 
 __all__ = ["resolve", "slurm_step_tasks"]
 
@@ -35,6 +37,9 @@ def slurm_step_tasks() -> int | None:
 def resolve(jobs: Mapping[str, int] | None = None) -> ClusterResolver:
     """Auto-detect the cluster: Slurm step > MPI launcher (size > 1) > ``TF_CONFIG`` > one process.
 
+    Under ``hpcdist run --ps P --workers W`` (``HPCDIST_PS_LAUNCH`` set) the launch file says
+    the task (`hpcdist.cluster.launched`), and ``jobs`` is not used.
+
     Args:
         jobs: ``{role: count}`` for the Slurm and MPI resolvers. Default: with
             ``HPCDIST_NUM_PS=n``, ``{"chief": 1, "ps": n, "worker": rest}`` (what
@@ -49,6 +54,9 @@ def resolve(jobs: Mapping[str, int] | None = None) -> ClusterResolver:
             ``--mpi=pmi2``), Slurm and MPI disagree on the number of tasks, or
             ``HPCDIST_NUM_PS`` leaves no worker.
     """
+    launch = get_settings().ps_launch
+    if launch is not None:
+        return launched_resolver(read_launch(launch))
     size = MPI.COMM_WORLD.Get_size()
     step = slurm_step_tasks()
     if step is not None:

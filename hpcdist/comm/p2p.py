@@ -30,10 +30,16 @@ __all__ = [
     "TAG_PS_CANCEL",
     "TAG_PS_COMMAND",
     "TAG_PS_RESULT",
+    "TAG_PS_VARIABLE",
+    "TAG_PS_VARIABLE_REPLY",
     "TAG_TF1_LEAVE",
     "Channel",
+    "Posted",
+    "close_port",
+    "open_port",
     "reserve_tag",
     "tags",
+    "threads_supported",
 ]
 
 #: Receive from any rank (`Channel.poll`, `Channel.wait_message`).
@@ -73,11 +79,47 @@ TAG_PS_COMMAND = reserve_tag("ps command", 71)
 TAG_PS_RESULT = reserve_tag("ps result", 72)
 #: Parameter server: give back the rest of a batch, coordinator -> worker.
 TAG_PS_CANCEL = reserve_tag("ps cancel", 73)
+#: Parameter server, fault-tolerant launch: a worker's variable read or update, worker -> ps.
+TAG_PS_VARIABLE = reserve_tag("ps variable request", 74)
+#: Parameter server, fault-tolerant launch: the answer to a variable request, ps -> worker.
+TAG_PS_VARIABLE_REPLY = reserve_tag("ps variable reply", 75)
 #: TF1 cluster: a task is done with the ps memory, task -> ps.
 TAG_TF1_LEAVE = reserve_tag("tf1 leave", 91)
 #: Creating a communicator: "this rank has arrived", to every rank, only when one is late
 #: (`hpcdist.comm.creation`, on the parent communicator).
 TAG_CREATE_ARRIVED = reserve_tag("communicator creation arrival", creation.TAG_ARRIVED)
+
+
+def threads_supported() -> bool:
+    """Whether MPI was started with ``MPI_THREAD_MULTIPLE`` (every thread may call it)."""
+    return MPI.Query_thread() >= MPI.THREAD_MULTIPLE
+
+
+def open_port() -> str:
+    """Open an MPI port (``MPI_Open_port``) that other MPI jobs can connect to; its name."""
+    return MPI.Open_port()
+
+
+def close_port(port: str) -> None:
+    """Close a port of `open_port`."""
+    MPI.Close_port(port)
+
+
+class Posted:
+    """A message posted without waiting (`Channel.post`): ``done()`` says whether it left.
+
+    A message to a process that died may never complete; its owner then drops it unread
+    (`Channel.abandon`), never waits on it.
+    """
+
+    __slots__ = ("_request",)
+
+    def __init__(self, request: MPI.Request) -> None:
+        self._request = request
+
+    def done(self) -> bool:
+        """Whether the message was delivered to MPI's care (its buffer may be reused)."""
+        return bool(self._request.Test())
 
 
 class Channel:
@@ -91,21 +133,46 @@ class Channel:
 
     Args:
         comm: The communicator to duplicate; by default ``MPI.COMM_WORLD``.
+        adopt: Use ``comm`` itself, not a duplicate (a new intercommunicator of `accept` or
+            `connect`, which no other code holds).
 
     Raises:
         DeadlineExceededError: Some ranks did not join the duplication within the deadline.
     """
 
-    def __init__(self, comm: MPI.Intracomm | None = None) -> None:
-        settings = get_settings()
-        self._comm: MPI.Intracomm = creation.dup(
-            MPI.COMM_WORLD if comm is None else comm,
-            "creating a point-to-point channel",
-            settings.timeout_seconds,
-            settings.stall_warning_seconds,
-        )
+    def __init__(self, comm: MPI.Comm | None = None, *, adopt: bool = False) -> None:
+        if adopt and comm is not None:  # a communicator nobody else uses (`accept`, `connect`)
+            self._comm: MPI.Comm = comm
+        else:
+            settings = get_settings()
+            self._comm = creation.dup(
+                MPI.COMM_WORLD if comm is None else comm,
+                "creating a point-to-point channel",
+                settings.timeout_seconds,
+                settings.stall_warning_seconds,
+            )
         self.rank: int = self._comm.Get_rank()
         self.size: int = self._comm.Get_size()
+
+    @classmethod
+    def accept(cls, port: str, over: Channel, root: int = 0) -> Channel:
+        """Collective over ``over``: accept the one job that connects to ``port`` (at ``root``).
+
+        Returns:
+            A channel on the intercommunicator: destinations and sources are the ranks of the
+            other job, `rank` and `size` those of this side.
+        """
+        return cls(over.comm.Accept(port, root=root), adopt=True)
+
+    @classmethod
+    def connect(cls, port: str) -> Channel:
+        """Connect this (one-process) job to the job accepting on ``port``; see `accept`."""
+        return cls(MPI.COMM_WORLD.Connect(port, root=0), adopt=True)
+
+    @property
+    def remote_size(self) -> int:
+        """Number of ranks on the other side of an intercommunicator channel (else `size`)."""
+        return self._comm.Get_remote_size() if self._comm.Is_inter() else self.size
 
     @property
     def comm(self) -> MPI.Intracomm:
@@ -148,6 +215,10 @@ class Channel:
         request = self._comm.isend(obj, dest=dest, tag=tag)
         waiter = Waiter(timeout, on_timeout=self._late("send a message to", dest, tag, timeout))
         waiter.wait(request.Test)
+
+    def post(self, obj: Any, dest: int, tag: int) -> Posted:
+        """Send ``obj`` (pickled) to ``dest`` without waiting for it to leave (``isend``)."""
+        return Posted(self._comm.isend(obj, dest=dest, tag=tag))
 
     def probe(self, source: int = ANY_SOURCE, tag: int = MPI.ANY_TAG) -> int | None:
         """The rank of a message waiting to be received from ``source`` with ``tag``, or None.
@@ -209,6 +280,14 @@ class Channel:
         comm, self._comm = self._comm, MPI.COMM_NULL
         if comm != MPI.COMM_NULL:
             comm.Free()
+
+    def abandon(self) -> None:
+        """Stop using a channel whose peer died: nothing waits on, frees or probes it again.
+
+        Freeing it would take part in a collective with a dead process; its handle is left
+        to MPI (one per dead peer) and every later use of this object raises.
+        """
+        self._comm = MPI.COMM_NULL
 
     def _late(
         self, what: str, peer: int, tag: int, timeout: float | None

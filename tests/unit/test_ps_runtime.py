@@ -263,16 +263,20 @@ def test_roles_from_tasks_rejects(tasks, message):
 PACKAGE = Path(hd.__file__).parent / "strategies" / "ps"
 STACK = [
     "roles",
+    "admission",
     "runtime",
     "serving",
     "control",
     "store",
+    "remote_store",
+    "membership",
     "partitioners",
     "variables",
     "strategy",
     "functions",
     "liveness",
     "remote_values",
+    "rejoin",
     "coordinator",
 ]
 

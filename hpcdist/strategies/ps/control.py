@@ -34,6 +34,9 @@ class CoordinatorRuntime(Runtime):
             (`hpcdist.strategies.ps.store.SegmentAllocator`).
     """
 
+    #: Whether workers may die and join (``hpcdist run --workers``: `membership`).
+    fault_tolerant = False
+
     def __init__(
         self, strategy: Any, channel: Channel, roles: Roles, store: Segments, allocator: Any
     ) -> None:
@@ -67,6 +70,17 @@ class CoordinatorRuntime(Runtime):
     def poll_result(self) -> tuple[int, bytes] | None:
         """``(worker rank, pickled reply)`` that arrived, or None (one thread at a time)."""
         return self.channel.poll(ANY_SOURCE, TAG_RESULT)
+
+    def present_workers(self) -> list[int]:
+        """The worker ranks connected now: all of them in a single MPI job."""
+        return list(self.roles.workers)
+
+    def membership_changes(self) -> list[tuple[str, int]]:
+        """Workers that joined or died since the last call: none in a single MPI job.
+
+        (A single job cannot survive a dead rank: the MPI launcher ends it.)
+        """
+        return []
 
     # -- variables ----------------------------------------------------------------------------
 

@@ -36,12 +36,11 @@ from collections.abc import Callable
 from typing import Any
 
 from hpcdist import timeline
-from hpcdist.core.variables import Variable
-from hpcdist.data.nest import map_structure
 from hpcdist.errors import CancelledError, WorkerPreemptedError
 from hpcdist.settings import get_settings
 from hpcdist.strategies.ps.functions import FunctionCache, WorkerFunctions, note_cost, take_batch
 from hpcdist.strategies.ps.liveness import Liveness, Running
+from hpcdist.strategies.ps.rejoin import Rejoins, take_back
 from hpcdist.strategies.ps.remote_values import (
     Closure,
     PerWorkerDataset,
@@ -50,6 +49,7 @@ from hpcdist.strategies.ps.remote_values import (
     RemoteValue,
     RemoteValueStatus,
     call_dataset_fn,
+    fetch_structure,
     store_resource,
 )
 from hpcdist.strategies.ps.runtime import coordinator_runtime
@@ -124,7 +124,8 @@ class ClusterCoordinator:
         self._held = {w: WorkerFunctions() for w in workers}
         settings = get_settings()
         self._liveness = Liveness(workers, settings.timeout_seconds, settings.stall_warning_seconds)
-        self._live = self._liveness.live()
+        self._rejoins = Rejoins(workers, rt.present_workers())  # fault-tolerant jobs
+        self._live = self._live_workers()
         self._checked = time.monotonic()
         self._resources = itertools.count()
         self._thread: threading.Thread | None = None
@@ -147,7 +148,7 @@ class ClusterCoordinator:
         """
         if self._error is not None:
             self._raise_if_error()
-        if not self._live:
+        if not self._live and not self._rejoins.absent:  # absent workers may come back
             raise self._liveness.unavailable(f"cannot schedule {fn!r}")
         closure = Closure.make(self._functions.entry, fn, args, kwargs, None, self._wait_for)
         self._queue.append(closure)
@@ -180,17 +181,7 @@ class ClusterCoordinator:
 
     def fetch(self, value: Any) -> Any:
         """``value`` with every `RemoteValue` fetched and every variable read."""
-
-        def leaf(v: Any) -> Any:
-            if isinstance(v, RemoteValue):
-                return v.fetch()
-            if isinstance(v, PerWorkerValues):
-                return tuple(r.fetch() for r in v.values)
-            if isinstance(v, Variable):
-                return v.read_value()
-            return v
-
-        return map_structure(leaf, value)
+        return fetch_structure(value)
 
     def create_per_worker_dataset(self, dataset_fn: Any) -> PerWorkerDataset:
         """Build a dataset on every worker from ``dataset_fn`` (blocks until all are built).
@@ -220,16 +211,18 @@ class ClusterCoordinator:
             UnavailableError: Every worker was lost to a deadline.
         """
         self._raise_if_error()
-        workers = list(self._live)  # a lost worker gets no function: it needs none
-        if not workers:
-            raise self._liveness.unavailable("cannot create per-worker resources")
         resource = next(self._resources)
         fn = functools.partial(store_resource, resource, build, dataset_fn)
-        closures = [
-            Closure.make(self._functions.entry, fn, (), {}, w, self._wait_for) for w in workers
-        ]
-        del fn  # its pickle travels with the closures; the workers forget it after running
         with self._lock:
+            workers = list(self._live)  # a lost worker gets no function: it needs none
+            if not workers and not self._rejoins.absent:
+                raise self._liveness.unavailable("cannot create per-worker resources")
+            closures = [
+                Closure.make(self._functions.entry, fn, (), {}, w, self._wait_for) for w in workers
+            ]
+            if self._rt.fault_tolerant:  # a worker that joins later builds it then
+                self._rejoins.record(fn)
+            del fn  # single job: its pickle travels with the closures, then is forgotten
             for w, c in zip(workers, closures, strict=True):
                 self._targeted[w].append(c)
             self._targeted_count += len(closures)
@@ -312,8 +305,9 @@ class ClusterCoordinator:
     def _progress(self) -> bool:
         """One pass of the dispatch loop, unless another thread is in one; whether it did work.
 
-        Receives every result that arrived, forgets dead functions, checks deadlines (every
-        `CHECK_SECONDS`), and sends a batch to each idle worker.
+        Receives every result that arrived, takes in the workers that joined or died (a
+        fault-tolerant job), forgets dead functions, checks deadlines (every `CHECK_SECONDS`),
+        and sends a batch to each idle worker.
         """
         if not self._lock.acquire(blocking=False):
             return False
@@ -323,6 +317,8 @@ class ClusterCoordinator:
             while (result := poll()) is not None:
                 self._receive(*result)
                 changed = True
+            if self._rt.fault_tolerant:
+                changed = self._membership() or changed
             for key in self._functions.drain_dead():
                 for held in self._held.values():
                     held.drop(key)
@@ -337,6 +333,28 @@ class ClusterCoordinator:
         if changed:
             self._notify()
         return changed or bool(sent)
+
+    def _live_workers(self) -> list[int]:
+        return [w for w in self._liveness.live() if w not in self._rejoins.absent]
+
+    def _membership(self) -> bool:
+        """Take in joined and dead workers (with the lock; `hpcdist.strategies.ps.rejoin`)."""
+        changes = self._rt.membership_changes()
+        for kind, w in changes:
+            if kind == "dead":
+                self._rejoins.absent.add(w)
+                closures = getattr(self._inflight.pop(w, None), "closures", ())
+                self._targeted_count -= take_back(closures, self._targeted[w], self._queue)
+                self._held[w] = WorkerFunctions()
+                self._rt.lost.pop(w, None)
+                self._liveness.forget(w)
+            else:
+                builds = self._rejoins.joined(w, self._functions.entry, self._wait_for)
+                self._targeted[w].extend(builds)
+                self._targeted_count += len(builds)
+        if changes:
+            self._live = self._live_workers()
+        return bool(changes)
 
     def _assign(self) -> bool:
         """Send a batch to each idle live worker that has work (with the lock)."""
@@ -426,8 +444,8 @@ class ClusterCoordinator:
             while self._targeted[worker]:
                 self._targeted[worker].popleft().remote_value.set_error(error)
                 self._targeted_count -= 1
-            self._live = self._liveness.live()
-            if not self._live:
+            self._live = self._live_workers()
+            if not self._live and not self._rejoins.absent:
                 while self._queue:
                     self._queue.popleft().remote_value.set_error(
                         self._liveness.unavailable("cannot run a queued function")
@@ -457,15 +475,7 @@ class ClusterCoordinator:
         self._wake.set()
         if self._thread is not None:
             self._thread.join()
-        self._liveness.end_job(self._poll_lost, self._rt.rank)
-
-    def _poll_lost(self) -> tuple[int, int] | None:
-        """``(worker, number of results)`` of an arrived reply (for `Liveness`), or None."""
-        result = self._rt.poll_result()
-        if result is None:
-            return None
-        results, given_back = pickle.loads(result[1])
-        return result[0], len(results) + given_back
+        self._liveness.end_job(self._rt.poll_result, self._rt.rank)
 
     def _dispatch(self) -> None:
         idle = 0

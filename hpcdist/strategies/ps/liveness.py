@@ -16,6 +16,7 @@ job collectively would hang, so the job is aborted with a message naming it.
 from __future__ import annotations
 
 import collections
+import pickle
 import time
 from collections.abc import Callable
 from typing import Any
@@ -146,6 +147,12 @@ class Liveness:
             self.lost[rank],
         )
 
+    def forget(self, rank: int) -> None:
+        """Worker ``rank`` died (a fault-tolerant job): a replacement starts with no record."""
+        self.lost.pop(rank, None)
+        self.late.discard(rank)
+        self.unanswered.pop(rank, None)
+
     def unavailable(self, what: str) -> UnavailableError:
         """The error of ``what`` when no worker is left."""
         lost = ", ".join(f"{self.who(r)} in {name}" for r, name in self.lost.items())
@@ -154,14 +161,14 @@ class Liveness:
             "live worker"
         )
 
-    def end_job(self, poll: Callable[[], tuple[int, int] | None], rank: int) -> None:
+    def end_job(self, poll: Callable[[], tuple[int, bytes] | None], rank: int) -> None:
         """At the end of the job: wait up to the deadline for the stuck workers' replies.
 
         A worker still stuck then cannot take part in ending the job collectively: the job is
         aborted (``MPI_Abort``) with a message naming it instead of hanging.
 
         Args:
-            poll: Returns ``(rank, number of results)`` of an arrived reply, or None.
+            poll: Returns ``(rank, pickled reply)`` of an arrived reply, or None.
             rank: This (the coordinator's) rank, for the message.
         """
         if not self.stuck():
@@ -170,7 +177,8 @@ class Liveness:
         def replied() -> bool:  # take an arrived reply; whether every stuck worker is back
             got = poll()
             if got is not None and got[0] in self.lost:
-                self.answered(*got)
+                results, given_back = pickle.loads(got[1])
+                self.answered(got[0], len(results) + given_back)
             return not self.stuck()
 
         if not Waiter(self.timeout or 0.0).wait(replied):

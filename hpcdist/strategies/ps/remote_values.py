@@ -20,7 +20,8 @@ from typing import Any
 import cloudpickle
 
 from hpcdist import timeline
-from hpcdist.data.nest import flatten
+from hpcdist.core.variables import Variable
+from hpcdist.data.nest import flatten, map_structure
 from hpcdist.strategies.input import DatasetsFromFunction, DistributedDataset
 from hpcdist.strategies.ps.runtime import creating_dataset, serving_runtime
 
@@ -32,6 +33,7 @@ __all__ = [
     "RemoteValue",
     "RemoteValueStatus",
     "call_dataset_fn",
+    "fetch_structure",
     "store_resource",
 ]
 
@@ -203,6 +205,21 @@ class PerWorkerIterator(PerWorkerValues):
             "next() on a per-worker iterator runs inside a scheduled function: pass the "
             "iterator as an argument of coordinator.schedule"
         )
+
+
+def fetch_structure(value: Any) -> Any:
+    """``value`` with every `RemoteValue` fetched and every variable read (on the coordinator)."""
+
+    def leaf(v: Any) -> Any:
+        if isinstance(v, RemoteValue):
+            return v.fetch()
+        if isinstance(v, PerWorkerValues):
+            return tuple(r.fetch() for r in v.values)
+        if isinstance(v, Variable):
+            return v.read_value()
+        return v
+
+    return map_structure(leaf, value)
 
 
 def _local_resource(resource: int) -> Any:

@@ -84,11 +84,21 @@ class Runtime:
         channel: The control channel over every rank of the job (freed when the job ends).
         roles: Who is who in ``channel``.
         store: This rank's RMA segments over a channel of their own (freed with it).
+        rank: This process's rank in ``roles``; by default its rank in ``channel`` (a worker
+            of a fault-tolerant job has rank 0 on its side of its channel, and the rank it
+            would have in one job here).
     """
 
-    def __init__(self, strategy: Any, channel: Channel, roles: Roles, store: Segments) -> None:
+    def __init__(
+        self,
+        strategy: Any,
+        channel: Channel,
+        roles: Roles,
+        store: Segments,
+        rank: int | None = None,
+    ) -> None:
         self.strategy, self.roles, self.channel, self.store = strategy, roles, channel, store
-        self.rank = channel.rank
+        self.rank = channel.rank if rank is None else rank
         self.is_coordinator = self.rank == roles.coordinator
         self.variables: dict[int, Any] = {}  # uid -> variable (workers: rebuilt ones)
         self.closed = False

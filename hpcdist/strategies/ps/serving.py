@@ -56,8 +56,15 @@ class ServingRuntime(Runtime):
         store: This rank's RMA segments.
     """
 
-    def __init__(self, strategy: Any, channel: Channel, roles: Roles, store: Segments) -> None:
-        super().__init__(strategy, channel, roles, store)
+    def __init__(
+        self,
+        strategy: Any,
+        channel: Channel,
+        roles: Roles,
+        store: Segments,
+        rank: int | None = None,
+    ) -> None:
+        super().__init__(strategy, channel, roles, store, rank)
         self.functions: dict[int, Any] = {}  # function key -> function (bounded)
         #: Keys whose pickle failed to load here -> why (reported when the key runs).
         self.unloadable: dict[int, str] = {}
@@ -87,10 +94,16 @@ class ServingRuntime(Runtime):
             signal.signal(signal.SIGUSR2, signal.SIG_IGN)
         source, channel = self.roles.coordinator, self.channel
         # No deadline (the coordinator decides); polls back to back for SPIN_SECONDS, then sleeps.
-        waiter = Waiter(yield_s=SPIN_SECONDS, yield_cpu=False)
+        waiter = self.command_waiter()
+
+        def poll() -> tuple[int, Any] | None:
+            if self.service():  # other traffic this rank serves (fault-tolerant ps: workers)
+                waiter.restart()
+            return channel.poll(source, TAG_COMMAND)
+
         while True:
             waiter.restart()
-            got = channel.wait_message(source, TAG_COMMAND, waiter)
+            got = waiter.wait_value(poll)
             assert got is not None  # a waiter without a deadline waits until a message comes
             message = got[1]
             kind = message[0]
@@ -103,7 +116,34 @@ class ServingRuntime(Runtime):
             elif kind == "stop":
                 channel.drain(source, TAG_CANCEL)  # came after its batch ended
                 break
+            else:
+                self.on_command(message)
         self.close()
+
+    def command_waiter(self) -> Waiter:
+        """How the serve loop waits for a command (no deadline).
+
+        It polls back to back for `SPIN_SECONDS`, then sleeps longer and longer, up to 1 ms.
+        """
+        return Waiter(yield_s=SPIN_SECONDS, yield_cpu=False)
+
+    def service(self) -> bool:
+        """Serve traffic other than commands between two polls; whether there was some.
+
+        Nothing here; a fault-tolerant job's ps rank answers the workers' variable requests
+        (`hpcdist.strategies.ps.membership`).
+        """
+        return False
+
+    def on_command(self, message: tuple[Any, ...]) -> None:
+        """A command other than ``segment``, ``batch``, ``run`` and ``stop``.
+
+        Raises:
+            RuntimeError: Always here (a subclass serves more commands).
+        """
+        raise RuntimeError(
+            f"{self._who()}: expected a command segment, batch, run or stop, got {message[0]!r}"
+        )
 
     # -- batches ------------------------------------------------------------------------------
 

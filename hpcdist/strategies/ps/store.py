@@ -154,7 +154,11 @@ class RmaStorage(Storage):
         return self.segment, self.ps, self.offset, self.shape, self.dtype.str
 
     def located(self) -> tuple[rma.Window, int]:
-        """``(window, target rank)`` of this value's memory."""
+        """``(window, target rank)`` of this value's memory.
+
+        On a worker of a fault-tolerant job the window is a
+        `hpcdist.strategies.ps.remote_store.RemoteWindow` (the same methods, as requests).
+        """
         if self._where is None:
             self._where = (self.store.windows[self.segment], self.store.ps_ranks[self.ps])
         return self._where
@@ -227,6 +231,12 @@ class RmaStorage(Storage):
         if len(ids) == 1:  # one row: a contiguous target, no datatype to build
             spec = (self.offset + displacements[0] * self.dtype.itemsize, self.row, self.mpi_type)
             self._move(win, target, buf, spec, kind, op)
+            return
+        if not isinstance(win, rma.Window):  # a worker of a fault-tolerant job: a request
+            if kind == "get":
+                win.read_rows(buf, target, self.offset, self.row, displacements)
+            else:
+                win.update_rows(buf, target, self.offset, self.row, displacements, op)
             return
         with rma.indexed_rows(self.mpi_type, self.row, displacements) as rows:
             self._move(win, target, buf, (self.offset, 1, rows), kind, op)

@@ -13,8 +13,10 @@ role (from the cluster resolver's jobs, or ``HPCDIST_NUM_PS``):
 `runtime` and `coordinator_only` are defined in `hpcdist.strategies.ps.runtime` and re-exported
 here.
 
-Standard MPI cannot survive the loss of a process: if any rank dies, the launcher ends the job.
-Process loss is handled by checkpoints and restart (see ``docs/parameter-server.md``);
+Standard MPI cannot survive the loss of a process: if any rank of one job dies, the launcher
+ends the job. ``hpcdist run --ps P --workers W`` (``HPCDIST_PS_LAUNCH``) makes each worker an
+MPI job of its own, so that a worker can die alone (`hpcdist.strategies.ps.membership`);
+otherwise process loss is handled by checkpoints and restart (see ``docs/parameter-server.md``).
 `hpcdist.errors.WorkerPreemptedError` raised inside a scheduled function re-runs it elsewhere.
 """
 
@@ -28,6 +30,7 @@ import numpy as np
 
 from hpcdist import abort
 from hpcdist.cluster.base import ClusterResolver
+from hpcdist.cluster.launched import PSLaunch, launched_resolver, read_launch
 from hpcdist.cluster.resolve import resolve
 from hpcdist.comm.p2p import Channel
 from hpcdist.core.variables import (
@@ -40,8 +43,16 @@ from hpcdist.core.variables import (
 from hpcdist.data.options import InputContext
 from hpcdist.errors import ClusterConfigError
 from hpcdist.settings import get_settings
+from hpcdist.strategies.ps.admission import request_admission
 from hpcdist.strategies.ps.control import CoordinatorRuntime
+from hpcdist.strategies.ps.membership import (
+    FaultTolerantCoordinatorRuntime,
+    FaultTolerantServingRuntime,
+    launch_roles,
+    worker_rank,
+)
 from hpcdist.strategies.ps.partitioners import validate_partitions
+from hpcdist.strategies.ps.remote_store import RemoteStore
 from hpcdist.strategies.ps.roles import Roles
 from hpcdist.strategies.ps.runtime import (
     coordinator_only,
@@ -57,7 +68,11 @@ from hpcdist.strategies.ps.variables import PSVariable, ShardedVariable
 from hpcdist.strategies.strategy import Strategy, StrategyExtended
 from hpcdist.utils.split import balanced_bounds
 
-__all__ = ["ParameterServerStrategy", "coordinator_only", "runtime"]
+__all__ = ["JOIN_SECONDS", "ParameterServerStrategy", "coordinator_only", "runtime"]
+
+#: How long the coordinator of ``hpcdist run --workers`` waits for its workers to join
+#: (``HPCDIST_TIMEOUT_SECONDS`` instead, when set).
+JOIN_SECONDS = 120.0
 
 
 def _local_strategy() -> ParameterServerStrategy:
@@ -110,6 +125,10 @@ class ParameterServerStrategy(Strategy):
         if has_runtime():
             raise RuntimeError("a job can create one ParameterServerStrategy")
         settings = get_settings()
+        self._variable_partitioner = variable_partitioner
+        if settings.ps_launch is not None:  # `hpcdist run --ps P --workers W`
+            self._start_fault_tolerant(read_launch(settings.ps_launch), cluster_resolver)
+            return
         channel = Channel()  # the control channel, over every rank of the job
         if cluster_resolver is None:
             cluster_resolver = _default_resolver(channel.size, settings.num_ps)
@@ -121,7 +140,6 @@ class ParameterServerStrategy(Strategy):
             channel.free()
             raise
         self._cluster_resolver = cluster_resolver
-        self._variable_partitioner = variable_partitioner
         self._num_ps = len(roles.ps)
         self._num_workers = len(roles.workers)
         self.extended = _PSExtended(self, roles, channel.rank)
@@ -139,6 +157,53 @@ class ParameterServerStrategy(Strategy):
         if settings.abort_on_exception:
             abort.install()
         atexit.register(coordinator.shutdown)
+
+    def _start_fault_tolerant(self, launch: PSLaunch, resolver: ClusterResolver | None) -> None:
+        """The constructor under ``hpcdist run --workers``: one job per failure domain.
+
+        The server job (coordinator + ps) builds its windows and, on the coordinator, waits
+        for every worker to join; a worker joins the server job and serves it
+        (`hpcdist.strategies.ps.membership`).
+        """
+        settings = get_settings()
+        self._cluster_resolver = resolver if resolver is not None else launched_resolver(launch)
+        roles = launch_roles(launch)
+        self._num_ps, self._num_workers = len(roles.ps), len(roles.workers)
+        if launch.role == "worker":
+            rank = worker_rank(launch, launch.index)
+            self.extended = _PSExtended(self, roles, rank)
+            who = f"worker {launch.index}"
+            sock, port = request_admission(
+                launch.address_file, bytes.fromhex(launch.secret), launch.index
+            )
+            channel = Channel.connect(port)
+            store = RemoteStore(channel, roles.ps, who)
+            server = ServingRuntime(self, channel, roles, store, rank)
+            install_runtime(server)
+            if settings.abort_on_exception:
+                abort.install()
+            server.serve()
+            sock.close()
+            sys.exit(0)
+        channel = Channel()  # the server job: coordinator and ps ranks
+        self.extended = _PSExtended(self, roles, channel.rank)
+        store = RmaStore(channel.dup(), roles.ps)
+        if channel.rank != roles.coordinator:
+            ps = FaultTolerantServingRuntime(self, channel, roles, store)
+            install_runtime(ps)
+            if settings.abort_on_exception:
+                abort.install()
+            ps.serve()
+            sys.exit(0)
+        allocator = SegmentAllocator(len(roles.ps), settings.ps_segment_bytes)
+        coordinator = FaultTolerantCoordinatorRuntime(
+            self, channel, roles, store, allocator, launch
+        )
+        install_runtime(coordinator)
+        if settings.abort_on_exception:
+            abort.install()
+        atexit.register(coordinator.shutdown)
+        coordinator.wait_for_workers(settings.timeout_seconds or JOIN_SECONDS)
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return _local_strategy, ()

@@ -1,0 +1,176 @@
+"""``hpcdist run --ps P --workers W``: a parameter-server job whose workers may die.
+
+One MPI job cannot survive a dead rank, so this launch starts one job per failure domain,
+each with ``mpiexec`` (`hpcdist.cli.launch.launcher_command`) running the same program:
+
+* the **server job**: the coordinator (rank 0) and the ``P`` ps ranks, ``mpiexec -n 1+P``;
+* one **worker job** per worker index ``i`` (``mpiexec -n 1``).
+
+Each job gets a launch file (``HPCDIST_PS_LAUNCH``, 0600, in a 0700 directory of its own:
+`hpcdist.cluster.launched`) naming its role, its worker index and the job's secret, a fresh
+random token. The workers join the coordinator by proving the secret
+(`hpcdist.strategies.ps.admission`). ``UCX_RNDV_THRESH=inf`` is set (unless already set) so
+that MPI never reads a dying peer's memory (rendezvous transfers do).
+
+A worker job that fails (ends with a code other than 0) while the server job runs is started
+again with the same index, up to ``--worker-restarts`` times each (``HPCDIST_RESTART_COUNT``
+tells it which start it is); with none left, training goes on with the others. The launch
+ends when the server job ends: the workers it stopped exit by themselves, those still running
+after `WORKER_GRACE_S` are killed, and the exit code is the server job's. A SIGTERM, SIGINT
+or SIGHUP is forwarded to every job; after ``--kill-after`` seconds (or a second signal)
+every process of every job is killed. Nothing here starts MPI.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from hpcdist.cli.launch import DEFAULT_KILL_AFTER_S, JobSignals, JobTree, launcher_command
+from hpcdist.cluster.launched import PSLaunch, write_launch
+
+__all__ = ["WORKER_GRACE_S", "run_fault_tolerant"]
+
+#: Seconds the workers have to exit by themselves once the server job ended.
+WORKER_GRACE_S = 10.0
+_POLL_S = 0.05
+
+
+def _say(message: str) -> None:
+    sys.stderr.write(f"hpcdist run: {message}\n")
+    sys.stderr.flush()
+
+
+class _Launch:
+    """The jobs of one fault-tolerant launch and the files they share."""
+
+    def __init__(
+        self, argv: list[str], num_ps: int, num_workers: int, environ: Mapping[str, str]
+    ) -> None:
+        self.argv, self.num_ps, self.num_workers = argv, num_ps, num_workers
+        self.dir = Path(tempfile.mkdtemp(prefix="hpcdist-ps-"))  # 0700
+        base = PSLaunch(
+            role="server",
+            index=0,
+            num_ps=num_ps,
+            num_workers=num_workers,
+            secret=secrets.token_hex(32),
+            address_file=str(self.dir / "address"),
+        )
+        write_launch(self.dir / "server.json", base)
+        for i in range(num_workers):
+            write_launch(
+                self.dir / f"worker-{i}.json", dataclasses.replace(base, role="worker", index=i)
+            )
+        env = {k: v for k, v in environ.items() if k not in ("HPCDIST_NUM_PS",)}
+        env.setdefault("UCX_RNDV_THRESH", "inf")
+        self.env = env
+
+    def start(self, role: str, index: int = 0, restart: int = 0) -> JobTree:
+        name = "server.json" if role == "server" else f"worker-{index}.json"
+        env = dict(self.env, HPCDIST_PS_LAUNCH=str(self.dir / name))
+        env["HPCDIST_RESTART_COUNT"] = str(restart)
+        nprocs = 1 + self.num_ps if role == "server" else 1
+        command = launcher_command(nprocs, self.argv, environ={})  # mpiexec, one job each
+        return JobTree(subprocess.Popen(command, env=env, start_new_session=True))
+
+    def remove(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def run_fault_tolerant(
+    argv: list[str],
+    num_ps: int,
+    num_workers: int,
+    worker_restarts: int = 0,
+    kill_after: float = DEFAULT_KILL_AFTER_S,
+    environ: Mapping[str, str] | None = None,
+) -> int:
+    """Run ``argv`` as a server job and ``num_workers`` worker jobs (see the module).
+
+    Returns:
+        The server job's exit code; 128 + the signal's number when a stop signal ended it.
+
+    Raises:
+        ValueError: ``num_ps`` or ``num_workers`` below 1, or ``worker_restarts`` below 0.
+    """
+    if num_ps < 1 or num_workers < 1 or worker_restarts < 0:
+        raise ValueError(
+            f"hpcdist run: expected --ps >= 1, --workers >= 1 and --worker-restarts >= 0, got "
+            f"--ps {num_ps} --workers {num_workers} --worker-restarts {worker_restarts}"
+        )
+    launch = _Launch(argv, num_ps, num_workers, os.environ if environ is None else environ)
+    with JobSignals() as signals:
+        try:
+            return _supervise(launch, signals, worker_restarts, kill_after)
+        finally:
+            launch.remove()
+
+
+def _supervise(launch: _Launch, signals: JobSignals, restarts: int, kill_after: float) -> int:
+    server = launch.start("server")
+    signals.attach(server.job)  # a stop signal reaches the server job at once
+    workers = {i: launch.start("worker", i) for i in range(launch.num_workers)}
+    started = dict.fromkeys(workers, 0)
+    try:
+        while signals.received is None and server.job.poll() is None:
+            for i, job in list(workers.items()):
+                job.track()
+                code = job.job.poll()
+                if code is None:
+                    continue
+                if code == 0:  # it served until the coordinator stopped it
+                    del workers[i]
+                elif started[i] < restarts:
+                    started[i] += 1
+                    _say(
+                        f"worker {i} exited with code {code}; restarting it "
+                        f"({started[i]} of {restarts})"
+                    )
+                    workers[i] = launch.start("worker", i, started[i])
+                else:
+                    _say(f"worker {i} exited with code {code}; no restart left, not restarted")
+                    del workers[i]
+            time.sleep(_POLL_S)
+        if signals.received is not None:
+            return _stop_all(server, workers, signals, kill_after)
+        deadline = time.monotonic() + WORKER_GRACE_S
+        while any(job.job.poll() is None for job in workers.values()):
+            if time.monotonic() > deadline or signals.received is not None:
+                break
+            time.sleep(_POLL_S)
+        for job in workers.values():
+            job.kill()
+        server.kill()  # the launcher is done; nothing of the job may outlive it
+        return server.job.returncode
+    finally:
+        signals.attach(None)
+
+
+def _stop_all(
+    server: JobTree, workers: dict[int, JobTree], signals: JobSignals, kill_after: float
+) -> int:
+    """Forward the stop signal to every job; kill them all at the deadline."""
+    assert signals.received is not None
+    jobs = [server, *workers.values()]
+    for job in workers.values():
+        job.signal(signals.received)
+    deadline = time.monotonic() + kill_after
+    while any(job.job.poll() is None or job.alive() for job in jobs):
+        signals.resend_if_due()
+        if signals.forced or time.monotonic() >= deadline:
+            why = "a second signal" if signals.forced else f"{kill_after:g} s after the first"
+            _say(f"{signals.received.name} did not end the jobs; killing them (SIGKILL, {why})")
+            break
+        time.sleep(_POLL_S)
+    for job in jobs:
+        job.kill()
+    return 128 + int(signals.received)

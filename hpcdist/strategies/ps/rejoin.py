@@ -1,0 +1,67 @@
+"""Workers that die and join during a fault-tolerant job, as the coordinator's queue sees them.
+
+Under ``hpcdist run --workers`` (`hpcdist.strategies.ps.membership`) the dispatch loop learns
+that a worker died or joined. `Rejoins` keeps what that needs: which workers are **absent**
+(dead, or not joined yet) and how to rebuild every per-worker resource (datasets, iterators)
+on a worker that joins. `take_back` moves a dead worker's functions back to the queue.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from hpcdist.strategies.ps.remote_values import Closure
+
+__all__ = ["Rejoins", "take_back"]
+
+
+class Rejoins:
+    """Absent workers and the per-worker resources to rebuild on a worker that joins.
+
+    Args:
+        workers: Every worker rank of the job.
+        present: The ranks connected now.
+    """
+
+    def __init__(self, workers: Iterable[int], present: Iterable[int]) -> None:
+        self.absent: set[int] = set(workers) - set(present)
+        self._builds: list[Any] = []  # each resource's build function, in creation order
+
+    def record(self, build: Any) -> None:
+        """Rebuild resource ``build`` on every worker that joins from now on."""
+        self._builds.append(build)
+
+    def joined(self, worker: int, entry: Callable[[Any], Any], wait: Any) -> list[Closure]:
+        """``worker`` joined: the closures that rebuild every resource there, in order.
+
+        Args:
+            worker: Its rank.
+            entry: The coordinator's function cache (``entry(fn)``).
+            wait: The coordinator's wait (for the closures' values).
+        """
+        self.absent.discard(worker)
+        return [Closure.make(entry, build, (), {}, worker, wait) for build in self._builds]
+
+
+def take_back(
+    running: Iterable[Any],
+    targeted: collections.deque[Any],
+    queue: collections.deque[Any],
+) -> int:
+    """A worker died: its running and targeted closures leave it; how many were targeted.
+
+    Closures for any worker go back to the front of ``queue``, in order (at-least-once: one
+    may have run already); the resource builds targeted at it are marked done with no value,
+    since a worker that joins builds every resource again.
+    """
+    count = len(targeted)
+    again = [*running, *targeted]
+    targeted.clear()
+    for closure in reversed(again):
+        if closure.worker is None:
+            queue.appendleft(closure)
+        elif not closure.remote_value.is_ready():
+            closure.remote_value.set_value(None)
+    return count

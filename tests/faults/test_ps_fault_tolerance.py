@@ -1,0 +1,225 @@
+"""Parameter-server training that survives worker deaths: ``hpcdist run --ps P --workers W``.
+
+The cases (``scripts/ps_ft_cases.py``) port TF's fault_tolerance_test and run in one launch per
+layout, 1 ps + 1 worker and 2 ps + 2 workers: a worker is SIGKILLed from the coordinator and the
+launcher restarts it. Each launch runs under a wall-clock ``timeout=``; afterwards no process
+of it may be left (they are found by the launch's unique output directory on their command
+line). Strangers on the admission socket (a wrong token, garbage, a pickle) change nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from hpcdist.cluster.launched import PSLaunch, read_launch, write_launch
+from hpcdist.errors import ClusterConfigError, UnavailableError
+from hpcdist.strategies.ps.admission import AdmissionServer, request_admission
+from tests.helpers import ROOT, clean_env
+
+CASES = "tests/faults/scripts/ps_ft_cases.py"
+MODES = "tests/faults/scripts/ps_ft_modes.py"
+HPCDIST = [sys.executable, "-m", "hpcdist"]
+CHECKS = [
+    "between_functions_2",
+    "between_functions_4",
+    "midst_function",
+    "numpy_fetched_after_death",
+    "dataset_rebuilt",
+    "usable_after_restart",
+    "all_workers_back",
+    "every_worker_preempted",
+    "continuous_failure",
+    "update_not_torn",
+    "stranger_gets_only_the_challenge",
+    "stranger_rejected",
+    "stranger_not_unpickled",
+    "stranger_changes_nothing",
+]
+
+
+def _leftovers(marker: str) -> list[str]:
+    """Command lines of live processes that mention ``marker`` (none may outlive a launch)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if marker in cmdline and state != "Z":
+            found.append(f"{entry.name}: {cmdline}")
+    return found
+
+
+def _settle(marker: str, seconds: float = 10.0) -> list[str]:
+    deadline = time.monotonic() + seconds
+    while (left := _leftovers(marker)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+def _launch(args: list[str], timeout: float, **env: str) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(
+            [*HPCDIST, "run", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=ROOT,
+            env=clean_env(**env),
+        )
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+        what = f"hpcdist run {' '.join(args)}"
+        pytest.fail(f"{what} hung past {timeout} s:\n{out[-2000:]}{err[-2000:]}")
+
+
+@pytest.fixture(scope="module", params=[(1, 1), (2, 2)], ids=["1ps-1worker", "2ps-2workers"])
+def launch(request, tmp_path_factory):
+    num_ps, num_workers = request.param
+    out = tmp_path_factory.mktemp(f"ft-{num_ps}-{num_workers}")
+    args = ["--ps", str(num_ps), "--workers", str(num_workers), "--worker-restarts", "12"]
+    result = _launch([*args, CASES, str(out)], timeout=240)
+    left = _settle(str(out))
+    checks = dict(re.findall(r"^CHECK (\w+) (PASS|FAIL.*)$", result.stdout, re.M))
+    return result, checks, left
+
+
+def test_launch_ends_with_the_coordinators_code_and_leaves_nothing(launch):
+    result, _, left = launch
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "DONE" in result.stdout
+    assert not left, left
+
+
+@pytest.mark.parametrize("name", CHECKS)
+def test_case(launch, name):
+    result, checks, _ = launch
+    assert checks.get(name) == "PASS", f"{name}: {checks.get(name)}\n{result.stdout[-3000:]}"
+
+
+def test_death_is_noticed_within_a_second(launch):
+    result, _, _ = launch
+    notices = [float(x) for x in re.findall(r"^MEASURE death_notice (\S+)$", result.stdout, re.M)]
+    assert notices, result.stdout[-2000:]
+    assert max(notices) < 1.0, notices
+
+
+def test_training_goes_on_with_the_other_workers_when_no_restart_is_left(tmp_path):
+    args = ["--ps", "1", "--workers", "2", MODES, "one_left", str(tmp_path)]
+    result = _launch(args, timeout=120)
+    left = _settle(str(tmp_path))
+    assert "CHECK one_left PASS" in result.stdout, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "no restart left" in result.stderr
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert not left, left
+
+
+def test_a_signal_to_the_launcher_ends_every_job(tmp_path):
+    job = subprocess.Popen(
+        [*HPCDIST, "run", "--ps", "1", "--workers", "2", MODES, "wait", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=clean_env(),
+    )
+    try:
+        assert job.stdout is not None
+        line = job.stdout.readline()
+        while line and "READY" not in line:
+            line = job.stdout.readline()
+        assert "READY" in line
+        job.send_signal(signal.SIGTERM)
+        code = job.wait(timeout=60)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+    assert code == 128 + signal.SIGTERM
+    assert not _settle(str(tmp_path))
+
+
+def test_a_dead_ps_ends_the_launch_and_leaves_nothing(tmp_path):
+    result = _launch(["--ps", "1", "--workers", "2", MODES, "kill_ps", str(tmp_path)], timeout=120)
+    assert "KILLING" in result.stdout, result.stdout[-2000:] + result.stderr[-2000:]
+    assert result.returncode != 0
+    assert not _settle(str(tmp_path))
+
+
+def test_single_job_mode_still_ends_at_a_worker_death_and_says_how_to_survive(tmp_path):
+    result = _launch(["-n", "3", MODES, "single", str(tmp_path)], timeout=120, HPCDIST_NUM_PS="1")
+    assert "KILLING" in result.stdout
+    assert "SURVIVED" not in result.stdout
+    assert result.returncode != 0
+    assert "--workers" in result.stderr, result.stderr[-2000:]
+    assert not _settle(str(tmp_path))
+
+
+# -- the admission socket and the launch file, in this process --------------------------------
+
+
+def test_launch_file_readable_by_others_is_refused(tmp_path):
+    path = tmp_path / "launch.json"
+    launch = PSLaunch("worker", 0, 1, 1, "00" * 32, str(tmp_path / "address"))
+    write_launch(path, launch)
+    assert (path.stat().st_mode & 0o777) == 0o600
+    assert read_launch(path) == launch
+    path.chmod(0o644)
+    with pytest.raises(ClusterConfigError, match="0600"):
+        read_launch(path)
+
+
+def _join(server: AdmissionServer, timeout: float = 10.0):
+    event = server.wait_event(timeout)
+    assert event is not None and event[0] == "join", event
+    return event
+
+
+def test_admission_binds_to_loopback_and_admits_only_the_secret(tmp_path):
+    secret = os.urandom(32)
+    address = str(tmp_path / "address")
+    server = AdmissionServer(secret, "127.0.0.1", 2, address)
+    try:
+        assert server.address[0] == "127.0.0.1"
+        assert (Path(address).stat().st_mode & 0o777) == 0o600
+        with pytest.raises(UnavailableError):  # the wrong secret: closed, no event
+            request_admission(address, os.urandom(32), 0, timeout=5)
+        with pytest.raises(UnavailableError):  # an index out of range
+            request_admission(address, secret, 2, timeout=5)
+        assert server.wait_event(0.2) is None
+        got: dict[str, object] = {}
+
+        def admit() -> None:
+            got["sock"], got["port"] = request_admission(address, secret, 1)
+
+        worker = threading.Thread(target=admit)
+        worker.start()
+        _, index, admitted = _join(server)
+        assert index == 1 and admitted is not None and admitted.alive()
+        with pytest.raises(UnavailableError):  # the same index while it is in the job
+            request_admission(address, secret, 1, timeout=5)
+        assert admitted.go(secret, "tag#0$description#port-name")
+        worker.join(10)
+        assert got["port"] == "tag#0$description#port-name"
+        server.watch(admitted)
+        start = time.monotonic()
+        got["sock"].close()  # the worker's process ends
+        event = server.wait_event(5)
+        assert event is not None and event[:2] == ("dead", 1)
+        assert time.monotonic() - start < 1.0
+        assert server.rejected == 3
+    finally:
+        server.close()
