@@ -11,6 +11,7 @@ from hpcdist.data.dataset_options import (
     auto_shard_policy_of,
 )
 from hpcdist.data.options import AutoShardPolicy, InputContext, InputOptions
+from hpcdist.data.spec import TensorSpec
 from hpcdist.data.tfrecord import TFRecordDataset
 
 INFINITE_CARDINALITY = INFINITE
@@ -31,6 +32,7 @@ __all__ = [
     "OptimizationOptions",
     "Options",
     "TFRecordDataset",
+    "TensorSpec",
     "ThreadingOptions",
     "auto_shard_policy_of",
 ]

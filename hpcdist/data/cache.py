@@ -31,14 +31,14 @@ from hpcdist.errors import DataLossError
 from hpcdist.logger import process_rank
 
 
-def _h5py() -> Any:
+def h5py_module() -> Any:
     """h5py, loaded on the first file cache: ``import hpcdist.data`` does not load it."""
     import h5py  # documented exception (docs/architecture.md, "Imports inside functions")
 
     return h5py
 
 
-__all__ = ["FORMAT", "READ_BLOCK_BYTES", "cache_path", "cached_iteration"]
+__all__ = ["FORMAT", "READ_BLOCK_BYTES", "cache_path", "cached_iteration", "h5py_module"]
 
 FORMAT = "hpcdist-dataset-cache-1"
 """The ``format`` attribute of every cache file."""
@@ -164,7 +164,7 @@ class _Writer:
         os.makedirs(directory, exist_ok=True)
         self.path = path
         self.temporary = f"{path}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
-        self.file = _h5py().File(self.temporary, "w")
+        self.file = h5py_module().File(self.temporary, "w")
         self.count = 0
         self.started = False
         self.description: Any = None
@@ -336,7 +336,7 @@ class _Leaf:
 
 def _read(path: str) -> Iterator[Any]:
     try:
-        file = _h5py().File(path, "r")
+        file = h5py_module().File(path, "r")
     except OSError as exc:
         raise _lost(path, f"HDF5 cannot open it ({exc})") from exc
     with file:

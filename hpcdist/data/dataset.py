@@ -15,9 +15,15 @@ import numpy as np
 
 from hpcdist.data.batching import RowPlan
 from hpcdist.data.cache import cached_iteration
+from hpcdist.data.composition import Composition
 from hpcdist.data.dataset_options import Options
+from hpcdist.data.iterator import DatasetIterator
+from hpcdist.data.lineage import epoch_counters, register_epochs, source_of, transformation
 from hpcdist.data.nest import flatten, map_structure
+from hpcdist.data.parallel_map import ParallelMap, pool_size
 from hpcdist.data.prefetch import Prefetcher
+from hpcdist.data.reshaping import Reshaping, batch_cardinality
+from hpcdist.data.sources import Sources
 from hpcdist.utils.seeds import get_seed
 
 __all__ = ["INFINITE", "UNKNOWN", "Dataset"]
@@ -39,10 +45,15 @@ def _stack(xs: tuple[Any, ...]) -> np.ndarray:
     return np.stack(xs)
 
 
-class Dataset:
+class Dataset(Sources, Composition, Reshaping):
     """A lazy sequence of numpy structures.
 
-    Build one with `from_tensor_slices`, `from_tensors` or `range`, then chain transformations.
+    Build one with `from_tensor_slices`, `from_tensors`, `range`, `from_generator`,
+    `list_files`, `from_hdf5` or `hpcdist.data.TFRecordDataset`, then chain transformations
+    (those of `hpcdist.data.composition` and `hpcdist.data.reshaping` too). Every
+    transformation records its call (`hpcdist.data.lineage`), so that a strategy can replay the
+    pipeline over one worker's files. ``iter(dataset)`` is a `DatasetIterator`, which a
+    `hpcdist.Checkpoint` saves and restores.
 
     Args:
         make_iterator: Returns a fresh iterator over the elements.
@@ -75,6 +86,11 @@ class Dataset:
         derived = Dataset(make_iterator, cardinality, self._options)
         derived._rows = rows
         return derived
+
+    @staticmethod
+    def _new(make_iterator: Callable[[], Iterator[Any]], cardinality: int) -> Dataset:
+        """A source dataset (a plain `Dataset`, also when called on a subclass)."""
+        return Dataset(make_iterator, cardinality)
 
     # -- sources ------------------------------------------------------------------------------
 
@@ -121,26 +137,34 @@ class Dataset:
 
     # -- transformations --------------------------------------------------------------------
 
+    @transformation
     def batch(self, batch_size: int, drop_remainder: bool = False) -> Dataset:
         """Stack consecutive elements into batches (the last one may be short).
 
         When the elements are rows of in-memory arrays (``from_tensor_slices`` followed only
         by ``shuffle``, ``shard``, ``take``, ``skip`` or ``repeat``), each batch is one slice
         (or, after a shuffle, one ``np.take``) of every array, with the same elements in the
-        same order as stacking them one by one.
+        same order as stacking them one by one; right after ``from_hdf5`` each batch is one
+        slice of every HDF5 dataset.
         """
         if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-        source = self
+        elements = self._make_iterator
         rows = self._rows
         size = int(batch_size)
+
+        source = source_of(self)
+        whole = None if source is None else source.batches
 
         def make() -> Iterator[Any]:
             if rows is not None:
                 yield from rows.batches(size, drop_remainder)
                 return
+            if whole is not None:
+                yield from whole(size, drop_remainder)
+                return
             buffer: list[Any] = []
-            for element in source:
+            for element in elements():
                 buffer.append(element)
                 if len(buffer) == batch_size:
                     yield map_structure(lambda *xs: _stack(xs), *buffer)
@@ -148,21 +172,19 @@ class Dataset:
             if buffer and not drop_remainder:
                 yield map_structure(lambda *xs: _stack(xs), *buffer)
 
-        card = self._cardinality
-        if card >= 0:
-            card = card // batch_size if drop_remainder else -(-card // batch_size)
-        return self._derive(make, card)
+        return self._derive(make, batch_cardinality(self._cardinality, size, drop_remainder))
 
+    @transformation
     def repeat(self, count: int | None = None) -> Dataset:
         """Repeat the dataset ``count`` times (forever when None or negative, as TF's -1)."""
-        source = self
+        elements = self._make_iterator
         forever = count is None or count < 0
 
         def make() -> Iterator[Any]:
             done = 0
             while forever or done < count:
                 empty = True
-                for element in source:
+                for element in elements():
                     empty = False
                     yield element
                 done += 1
@@ -179,6 +201,7 @@ class Dataset:
         plan = None if rows is None else rows.repeat(None if forever else count, card)
         return self._derive(make, card, plan)
 
+    @transformation
     def shuffle(
         self, buffer_size: int, seed: int | None = None, reshuffle_each_iteration: bool = True
     ) -> Dataset:
@@ -190,7 +213,7 @@ class Dataset:
         """
         if buffer_size < 1:
             raise ValueError(f"buffer_size must be >= 1, got {buffer_size}")
-        source = self
+        elements = self._make_iterator
         epoch = [0]
         seeds = get_seed(seed)
         base = list(seeds) if seeds[0] is not None else [np.random.SeedSequence().entropy]
@@ -204,7 +227,7 @@ class Dataset:
         def make() -> Iterator[Any]:
             rng = next_rng()
             buffer: list[Any] = []
-            for element in source:
+            for element in elements():
                 if len(buffer) < buffer_size:
                     buffer.append(element)
                     continue
@@ -217,8 +240,11 @@ class Dataset:
         rows = self._rows
         finite = rows is not None and self._cardinality >= 0
         plan = rows.shuffle(int(buffer_size), next_rng) if finite else None
-        return self._derive(make, self._cardinality, plan)
+        shuffled = self._derive(make, self._cardinality, plan)
+        register_epochs(shuffled, epoch)
+        return shuffled
 
+    @transformation
     def shard(self, num_shards: int, index: int) -> Dataset:
         """Keep every ``num_shards``-th element, starting at ``index``."""
         if num_shards < 1 or not 0 <= index < num_shards:
@@ -226,10 +252,10 @@ class Dataset:
                 f"shard needs num_shards >= 1 and 0 <= index < num_shards, got "
                 f"num_shards={num_shards}, index={index}"
             )
-        source = self
+        elements = self._make_iterator
 
         def make() -> Iterator[Any]:
-            for i, element in enumerate(source):
+            for i, element in enumerate(elements()):
                 if i % num_shards == index:
                     yield element
 
@@ -240,40 +266,67 @@ class Dataset:
         plan = None if rows is None else rows.shard(num_shards, index, card)
         return self._derive(make, card, plan)
 
-    def map(self, map_func: Callable[..., Any]) -> Dataset:
-        """Apply ``map_func`` to each element (a tuple element is passed as arguments)."""
-        source = self
+    @transformation
+    def map(
+        self,
+        map_func: Callable[..., Any],
+        num_parallel_calls: int | None = None,
+        deterministic: bool | None = None,
+        name: str | None = None,
+    ) -> Dataset:
+        """Apply ``map_func`` to each element (a tuple element is passed as arguments).
 
-        def make() -> Iterator[Any]:
-            for element in source:
-                out = map_func(*element) if type(element) is tuple else map_func(element)
-                yield map_structure(np.asarray, out)
+        With ``num_parallel_calls`` (a count or ``hd.data.AUTOTUNE``: the machine's cores) the
+        calls run on a pool of that many threads (`hpcdist.data.parallel_map`): in input order
+        when ``deterministic`` is true or None (unless the options say
+        ``deterministic=False``), in completion order when false. Threads help functions that
+        release the GIL (numpy on large arrays, parsing a batch of records), not pure Python.
 
-        return self._derive(make, self._cardinality)
+        Raises:
+            ValueError: ``num_parallel_calls`` is neither positive nor AUTOTUNE.
+        """
+        del name
+        elements = self._make_iterator
 
+        def apply(element: Any) -> Any:
+            out = map_func(*element) if type(element) is tuple else map_func(element)
+            return map_structure(np.asarray, out)
+
+        if num_parallel_calls is None:
+            return self._derive(lambda: (apply(e) for e in elements()), self._cardinality)
+        threads = pool_size(num_parallel_calls)
+        if deterministic is None:
+            deterministic = self.options().deterministic is not False
+        ordered = bool(deterministic)
+        return self._derive(
+            lambda: ParallelMap(elements(), apply, threads, ordered), self._cardinality
+        )
+
+    @transformation
     def filter(self, predicate: Callable[..., Any]) -> Dataset:
         """Keep the elements for which ``predicate`` is true (cardinality becomes unknown)."""
-        source = self
+        elements = self._make_iterator
 
         def make() -> Iterator[Any]:
-            for element in source:
+            for element in elements():
                 keep = predicate(*element) if type(element) is tuple else predicate(element)
                 if bool(keep):
                     yield element
 
         return self._derive(make, UNKNOWN if self._cardinality != 0 else 0)
 
+    @transformation
     def take(self, count: int) -> Dataset:
         """The first ``count`` elements (all when -1 or any negative count, as TF)."""
-        source = self
+        elements = self._make_iterator
 
         def make() -> Iterator[Any]:
             if count < 0:
-                yield from source
+                yield from elements()
                 return
             if count == 0:
                 return
-            for i, element in enumerate(source, 1):
+            for i, element in enumerate(elements(), 1):
                 yield element
                 if i >= count:  # stop without reading one element more (as TF)
                     return
@@ -288,15 +341,16 @@ class Dataset:
         plan = None if rows is None else rows.take(count, card)
         return self._derive(make, card, plan)
 
+    @transformation
     def skip(self, count: int) -> Dataset:
         """Everything after the first ``count`` elements (nothing when -1 or negative, as TF).
 
         A negative count skips the whole input: on an infinite dataset iteration never ends.
         """
-        source = self
+        elements = self._make_iterator
 
         def make() -> Iterator[Any]:
-            for i, element in enumerate(source):
+            for i, element in enumerate(elements()):
                 if 0 <= count <= i:
                     yield element
 
@@ -307,12 +361,25 @@ class Dataset:
         plan = None if rows is None else rows.skip(count, card)
         return self._derive(make, card, plan)
 
-    def prefetch(self, buffer_size: int = 1) -> Dataset:
-        """Produce up to ``buffer_size`` elements ahead on a background thread."""
-        source = self
-        size = max(1, buffer_size if buffer_size != -1 else 2)
-        return self._derive(lambda: Prefetcher(iter(source), size), self._cardinality)
+    @transformation
+    def prefetch(self, buffer_size: int = 1, name: str | None = None) -> Dataset:
+        """Produce up to ``buffer_size`` elements ahead on a background thread.
 
+        ``hd.data.AUTOTUNE`` (-1) keeps 2 elements ahead; 0 adds no thread (TF's no-op).
+
+        Raises:
+            ValueError: ``buffer_size`` below -1.
+        """
+        del name
+        if buffer_size < -1:
+            raise ValueError(f"prefetch: buffer_size must be >= -1 (AUTOTUNE), got {buffer_size}")
+        elements = self._make_iterator
+        if buffer_size == 0:
+            return self._derive(elements, self._cardinality)
+        size = buffer_size if buffer_size != -1 else 2
+        return self._derive(lambda: Prefetcher(elements(), size), self._cardinality)
+
+    @transformation
     def cache(self, filename: str | os.PathLike[str] = "") -> Dataset:
         """Cache the elements of the first complete iteration and replay them after (TF's rule).
 
@@ -327,24 +394,25 @@ class Dataset:
         Raises:
             DataLossError: (on iteration) the cache file exists but is corrupt or truncated.
         """
-        source = self
+        elements = self._make_iterator
         if os.fspath(filename):
-            return self._derive(lambda: cached_iteration(source, filename), self._cardinality)
+            return self._derive(lambda: cached_iteration(self, filename), self._cardinality)
         cached: list[list[Any]] = []
 
         def make() -> Iterator[Any]:
             if cached:
                 yield from cached[0]
                 return
-            elements = []
-            for element in source:
-                elements.append(element)
+            kept = []
+            for element in elements():
+                kept.append(element)
                 yield element
             if not cached:
-                cached.append(elements)
+                cached.append(kept)
 
         return self._derive(make, self._cardinality)
 
+    @transformation
     def with_options(self, options: Options) -> Dataset:
         """This dataset carrying ``options`` merged over its own (``tf.data``'s rule).
 
@@ -375,10 +443,10 @@ class Dataset:
             raise TypeError("the dataset length is infinite or unknown")
         return self._cardinality
 
-    def __iter__(self) -> Iterator[Any]:
-        return self._make_iterator()
+    def __iter__(self) -> DatasetIterator:
+        return DatasetIterator(self._make_iterator, epoch_counters(self))
 
-    def as_numpy_iterator(self) -> Iterator[Any]:
+    def as_numpy_iterator(self) -> DatasetIterator:
         """Same as ``iter(dataset)`` (elements are numpy already)."""
         return iter(self)
 

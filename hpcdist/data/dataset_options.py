@@ -1,9 +1,10 @@
 """``tf.data.Options``: options a dataset carries (``Dataset.with_options``).
 
 What hpcdist reads: ``experimental_distribute.auto_shard_policy``, the policy a distributed
-dataset follows (`hpcdist.data.options.auto_shard_policy_of`). Every other field of TF's
-Options is accepted and kept (with TF's type checks where TF has them), without effect: a
-numpy pipeline has no thread pools, graph optimizations or determinism switch.
+dataset follows (`hpcdist.data.options.auto_shard_policy_of`), and ``deterministic``, the
+default order of a parallel ``map``. Every other field of TF's Options is accepted and kept
+(with TF's type checks where TF has them), without effect: a numpy pipeline has no graph
+optimizations, and its thread pools are sized by each ``num_parallel_calls``.
 """
 
 from __future__ import annotations

@@ -12,8 +12,10 @@ class AutoShardPolicy(enum.Enum):
     """How a dataset is split across workers.
 
     OFF: every worker sees the whole dataset. DATA: worker ``i`` keeps every ``n``-th element
-    from ``i``. FILE: shard by input file (hpcdist datasets have no files, so it acts as DATA).
-    AUTO: FILE where possible, else DATA. HINT: TF's shard hints (hpcdist has none: as AUTO).
+    from ``i`` (its share of each global batch; ``from_hdf5``: a range of rows). FILE: worker
+    ``i`` reads files ``i, i + n, ...`` of a pipeline that reads files (an error otherwise, as
+    in TF). AUTO: FILE when the pipeline reads files, else DATA. HINT: TF's shard hints
+    (hpcdist has none: as AUTO). The rules are `hpcdist.data.autoshard`'s.
     """
 
     AUTO = 0

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from hpcdist.data.dataset import UNKNOWN, Dataset
+from hpcdist.data.lineage import FileSource, mark_source
 from hpcdist.data.tfrecord_format import read_records
 from hpcdist.data.tfrecord_options import compression_type_string
 from hpcdist.errors import InvalidArgumentError
@@ -112,6 +113,11 @@ class TFRecordDataset(Dataset):
             )
         self._num_parallel_reads = num_parallel_reads
         super().__init__(self._iterate, UNKNOWN)
+        if isinstance(self._filenames, Dataset):
+            source = FileSource("reader", names=self._filenames, with_names=self.with_filenames)
+        else:
+            source = FileSource("reader", self._filenames, with_files=self.with_filenames)
+        mark_source(self, source)
 
     # -- what the sharding of files needs ----------------------------------------------------
 

@@ -41,6 +41,7 @@ HEADER_BYTES = 12  # length + its CRC
 FOOTER_BYTES = 4  # the data's CRC
 DEFAULT_BUFFER_BYTES = 256 * 1024  # TF's TFRecordDataset default
 _CHUNK = 16 * 1024 * 1024  # most bytes taken from a compressed stream at once
+_BLOCK = 1 << 20  # bytes of records read from the stream at a time
 
 
 def masked_crc32c(data: bytes | memoryview) -> int:
@@ -77,6 +78,7 @@ class _Decompressed:
         self._inflater = zlib.decompressobj(wbits)
         self._buffer = bytearray()
         self._eof = False
+        self._error: DataLossError | None = None
 
     def _fill(self) -> bool:
         """Decompress more input; False at the clean end of the stream."""
@@ -104,9 +106,19 @@ class _Decompressed:
         return False
 
     def read(self, n: int) -> bytes:
-        """Up to ``n`` bytes (fewer only at the end), never decompressing far beyond ``n``."""
-        while len(self._buffer) < n and self._fill():
-            pass
+        """Up to ``n`` bytes (fewer only at the end), never decompressing far beyond ``n``.
+
+        A damaged stream raises once the bytes decompressed before the damage are read.
+        """
+        if self._error is not None and not self._buffer:
+            raise self._error
+        try:
+            while len(self._buffer) < n and self._fill():
+                pass
+        except DataLossError as exc:
+            if not self._buffer:
+                raise
+            self._error = exc  # raised by the next read: the good bytes come first
         out = bytes(self._buffer[:n])
         del self._buffer[:n]
         return out
@@ -162,25 +174,33 @@ def read_records(
 
 
 def _records(stream: Any, name: str, where: str, limit: int | None) -> Iterator[bytes]:
-    """The records of ``stream``; ``limit`` is its size when known (a plain file)."""
+    """The records of ``stream``; ``limit`` is its size when known (a plain file).
+
+    The stream is read `_BLOCK` bytes at a time and the records are cut out of the block (a
+    record larger than a block is read on its own, in chunks that the data bounds).
+    """
     offset = 0
     at = f" {where}" if where else ""
+    buf = b""
+    pos = 0
     while True:
-        header = stream.read(HEADER_BYTES)
-        if not header:
+        if len(buf) - pos < HEADER_BYTES:
+            buf, pos = buf[pos:] + stream.read(_BLOCK), 0
+        avail = len(buf) - pos
+        if not avail:
             return
-        if len(header) < HEADER_BYTES:
+        if avail < HEADER_BYTES:
             raise DataLossError(
                 f"{name}: truncated record at byte offset {offset}{at}: the file ends "
-                f"{len(header)} bytes into the {HEADER_BYTES}-byte header"
+                f"{avail} bytes into the {HEADER_BYTES}-byte header"
             )
-        length_bytes = header[:8]
-        if _CRC.unpack_from(header, 8)[0] != masked_crc32c(length_bytes):
+        view = memoryview(buf)
+        if _CRC.unpack_from(buf, pos + 8)[0] != masked_crc32c(view[pos : pos + 8]):
             raise DataLossError(
                 f"{name}: corrupted record at byte offset {offset}{at}: the CRC-32C of the "
                 "length field does not match"
             )
-        (length,) = _LENGTH.unpack(length_bytes)
+        (length,) = _LENGTH.unpack_from(buf, pos)
         need = length + FOOTER_BYTES
         if limit is not None and offset + HEADER_BYTES + need > limit:
             raise DataLossError(
@@ -188,18 +208,28 @@ def _records(stream: Any, name: str, where: str, limit: int | None) -> Iterator[
                 f"claims {length} data bytes but the file has "
                 f"{max(0, limit - offset - HEADER_BYTES - FOOTER_BYTES)} after the header"
             )
-        body = _read_exact(stream, need)
-        if len(body) < need:
-            raise DataLossError(
-                f"{name}: truncated record at byte offset {offset}{at}: its length field "
-                f"claims {length} data bytes but the stream ends "
-                f"{max(0, len(body) - FOOTER_BYTES)} bytes in"
+        total = HEADER_BYTES + need
+        if avail < total:
+            missing = total - avail
+            more = (
+                _read_exact(stream, missing) if need > _BLOCK else stream.read(max(_BLOCK, missing))
             )
-        view = memoryview(body)
-        if _CRC.unpack_from(body, length)[0] != masked_crc32c(view[:length]):
+            del view
+            buf, pos = buf[pos:] + more, 0
+            view = memoryview(buf)
+            if len(buf) < total:
+                raise DataLossError(
+                    f"{name}: truncated record at byte offset {offset}{at}: its length field "
+                    f"claims {length} data bytes but the stream ends "
+                    f"{max(0, len(buf) - HEADER_BYTES - FOOTER_BYTES)} bytes in"
+                )
+        first = pos + HEADER_BYTES
+        if _CRC.unpack_from(buf, first + length)[0] != masked_crc32c(view[first : first + length]):
             raise DataLossError(
                 f"{name}: corrupted record at byte offset {offset}{at}: the CRC-32C of its "
                 f"{length} data bytes does not match"
             )
-        yield body[:length]
-        offset += HEADER_BYTES + need
+        del view
+        yield buf[first : first + length]
+        pos += total
+        offset += total

@@ -7,8 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from hpcdist import errors as hpcdist_errors
 from hpcdist.comm.reduce_op import ReduceOp
+from hpcdist.data.autoshard import auto_shard
+from hpcdist.data.dataset import Dataset
 from hpcdist.data.dataset_options import auto_shard_policy_of
+from hpcdist.data.iterator import DatasetIterator
 from hpcdist.data.nest import flatten, map_structure
 from hpcdist.data.options import AutoShardPolicy, InputContext, InputOptions
 from hpcdist.strategies.values import PerReplica
@@ -24,6 +28,7 @@ __all__ = [
     "Optional",
     "PerReplicaIterator",
     "empty_batch",
+    "raise_input_error",
 ]
 
 
@@ -64,14 +69,22 @@ class DistributedIterator:
         strategy: The strategy.
         source: Iterator of this worker's elements.
         split: Turns one source element into this worker's per-replica values.
+        inner: The `hpcdist.data.iterator.DatasetIterator` the source reads, if any: its
+            shuffles' epochs are saved with the position, so that a restored iterator draws
+            the same orders.
     """
 
     def __init__(
-        self, strategy: Strategy, source: Iterator[Any], split: Callable[[Any], list[Any]]
+        self,
+        strategy: Strategy,
+        source: Iterator[Any],
+        split: Callable[[Any], list[Any]],
+        inner: Any = None,
     ) -> None:
         self._strategy = strategy
         self._source = source
         self._split = split
+        self._inner = inner if isinstance(inner, DatasetIterator) else None
         self._exhausted = False
         self.steps = 0
 
@@ -81,14 +94,24 @@ class DistributedIterator:
     def _fetch(self) -> tuple[bool, Any]:
         if self._exhausted:
             return False, None
+        error: Exception | None = None
         try:
             element = next(self._source)
             has = True
         except StopIteration:
             element, has = None, False
+        except Exception as exc:  # agreed on below: every rank raises, none waits
+            element, has, error = None, False, exc
         comm = self._strategy.extended.communicator
         if comm is not None and comm.size > 1:
-            has = bool(comm.allreduce(np.array([int(has)], np.int8), ReduceOp.MIN)[0])
+            missing, failed = comm.allreduce(
+                np.array([int(not has), int(error is not None)], np.int64), ReduceOp.SUM
+            )
+            if failed:
+                raise_input_error(comm, error)
+            has = not missing
+        elif error is not None:
+            raise error
         if not has:
             self._exhausted = True
             return False, None
@@ -106,8 +129,22 @@ class DistributedIterator:
         return value
 
     def checkpoint_state(self) -> dict[str, np.ndarray]:
-        """The position (steps taken), for `hpcdist.Checkpoint`."""
-        return {"steps": np.int64(self.steps)}
+        """The position (steps taken), for `hpcdist.Checkpoint`.
+
+        With shuffles in the pipeline, also their epochs when the iteration began (``epochs``).
+        """
+        state = {"steps": np.int64(self.steps)}
+        if self._inner is not None:
+            epochs = self._inner.checkpoint_state()["epochs"]
+            if epochs.size:
+                state["epochs"] = epochs
+        return state
+
+    def _restore_epochs(self, state: dict[str, Any]) -> None:
+        """Give the pipeline's shuffles their saved epochs (before moving forward)."""
+        if "epochs" in state and self._inner is not None:
+            position = np.int64(self._inner.position)
+            self._inner.restore_state({"position": position, "epochs": state["epochs"]})
 
     def restore_state(self, state: dict[str, Any]) -> None:
         """Move to a saved position: skip ahead on the source (no communication).
@@ -116,6 +153,7 @@ class DistributedIterator:
             ValueError: The iterator is already past that position.
         """
         target = _forward_target(state, self.steps)
+        self._restore_epochs(state)
         while self.steps < target:
             next(self._source)
             self.steps += 1
@@ -144,6 +182,16 @@ class DistributedDataset:
     ``InputOptions(auto_shard_policy=AutoShardPolicy.OFF)`` (or a dataset carrying
     ``hd.data.Options`` with that policy, ``dataset.with_options(options)``, as in TF) every worker
     keeps whole batches and splits them over its local replicas only.
+
+    A `hpcdist.data.Dataset` that reads files is sharded as TF's auto-shard rewrite does it
+    (`hpcdist.data.autoshard`): under AUTO or FILE each worker reads its own files (``from_hdf5``
+    of one file: its own row range, also under DATA), and each of its batches is split in
+    ``num_replicas_in_sync`` balanced pieces that its local replicas take in turn (TF's
+    rebatch), so each step still has one global batch's worth of rows. Workers that run out
+    first give their replicas empty batches until every worker's files are read (as
+    `PerReplicaIterator`). Fewer files than workers raises `hpcdist.errors.InvalidArgumentError`
+    here, on every worker. `shard_policy` says what was decided: ``"NONE"`` (one worker),
+    ``"OFF"``, ``"DATA"``, ``"FILE"`` or ``"ROWS"``.
     """
 
     def __init__(self, strategy: Strategy, dataset: Any, options: Any = None) -> None:
@@ -153,6 +201,32 @@ class DistributedDataset:
         self._dataset = dataset
         self._options = options or InputOptions(auto_shard_policy=auto_shard_policy_of(dataset))
         self._shard_across_workers = self._options.auto_shard_policy is not AutoShardPolicy.OFF
+        self._worker_dataset: Any = None  # this worker's files (FILE / ROWS sharding)
+        self.shard_policy = "OFF" if not self._shard_across_workers else "DATA"
+        ext = strategy.extended
+        if isinstance(dataset, Dataset) and self._shard_across_workers and ext.num_workers > 1:
+            plan = auto_shard(
+                dataset, ext.num_workers, ext.worker_index, self._options.auto_shard_policy
+            )
+            self.shard_policy = plan.policy
+            if plan.policy in ("FILE", "ROWS"):
+                self._worker_dataset = plan.dataset
+
+    def _pieces(self, batches: Iterator[Any]) -> Iterator[Any]:
+        """This worker's batches cut in ``num_replicas_in_sync`` pieces (TF's rebatch)."""
+        replicas = self._strategy.num_replicas_in_sync
+        for element in batches:
+            leaves = [leaf for leaf in flatten(element) if leaf is not None]
+            rows = {np.shape(leaf)[0] if np.ndim(leaf) else None for leaf in leaves}
+            if None in rows or len(rows) != 1:
+                raise ValueError(
+                    "experimental_distribute_dataset expects batched elements whose arrays "
+                    f"share their first dimension, got shapes {[np.shape(x) for x in leaves]}"
+                )
+            for lo, hi in balanced_split(rows.pop(), replicas):
+                yield map_structure(
+                    lambda a, lo=lo, hi=hi: None if a is None else np.asarray(a)[lo:hi], element
+                )
 
     def _split(self, element: Any) -> list[Any]:
         leaves = [leaf for leaf in flatten(element) if leaf is not None]
@@ -184,7 +258,11 @@ class DistributedDataset:
         return self._dataset
 
     def __iter__(self) -> DistributedIterator:
-        return DistributedIterator(self._strategy, iter(self._dataset), self._split)
+        if self._worker_dataset is not None:
+            inner = iter(self._worker_dataset)
+            return PerReplicaIterator(self._strategy, self._pieces(inner), inner)
+        source = iter(self._dataset)
+        return DistributedIterator(self._strategy, source, self._split, source)
 
 
 class DatasetsFromFunction:
@@ -215,7 +293,8 @@ class DatasetsFromFunction:
         return self._dataset
 
     def __iter__(self) -> PerReplicaIterator:
-        return PerReplicaIterator(self._strategy, iter(self._dataset))
+        source = iter(self._dataset)
+        return PerReplicaIterator(self._strategy, source, source)
 
 
 def _groups(source: Iterator[Any], size: int) -> Iterator[list[Any]]:
@@ -270,27 +349,38 @@ class PerReplicaIterator(DistributedIterator):
       iteration, as TF's does. Across workers TF pads them with zeros, and so does this.
     """
 
-    def __init__(self, strategy: Strategy, source: Iterator[Any]) -> None:
+    def __init__(self, strategy: Strategy, source: Iterator[Any], inner: Any = None) -> None:
         self._local = strategy.extended.local_replicas
-        super().__init__(strategy, _groups(source, self._local), list)
+        super().__init__(strategy, _groups(source, self._local), list, inner)
         self._latest: Any = None  # this worker's latest element: what empty batches look like
         self._seen = False
 
     def _fetch(self) -> tuple[bool, Any]:
         if self._exhausted:
             return False, None
-        group = next(self._source, [])
+        comm = self._strategy.extended.communicator
+        several = comm is not None and comm.size > 1
+        error: Exception | None = None
+        try:
+            group = next(self._source, [])
+        except Exception as exc:  # agreed on below: every rank raises, none waits
+            if not several:
+                raise
+            group, error = [], exc
         if group:
             self._latest, self._seen = group[-1], True
         short = len(group) < self._local
         need = int(short and not self._seen)  # padding needed, but nothing to pad like
-        comm = self._strategy.extended.communicator
-        several = comm is not None and comm.size > 1
         total = len(group)
         if several:
-            total, need = (
-                int(x) for x in comm.allreduce(np.array([total, need], np.int64), ReduceOp.SUM)
+            total, need, failed = (
+                int(x)
+                for x in comm.allreduce(
+                    np.array([total, need, int(error is not None)], np.int64), ReduceOp.SUM
+                )
             )
+            if failed:
+                raise_input_error(comm, error)
         if total == 0 or (short and not several and not _batched(self._latest)):
             self._exhausted = True
             return False, None
@@ -316,11 +406,34 @@ class PerReplicaIterator(DistributedIterator):
             ValueError: The iterator is already past that position.
         """
         target = _forward_target(state, self.steps)
+        self._restore_epochs(state)
         while self.steps < target:
             group = next(self._source, [])
             if group:
                 self._latest, self._seen = group[-1], True
             self.steps += 1
+
+
+def raise_input_error(comm: Any, error: Exception | None) -> None:
+    """Raise on every rank after some rank's input raised ``error`` (collective).
+
+    The ranks whose input failed raise their own error; the others raise an error of the same
+    class (when it is one of hpcdist's, else `RuntimeError`) naming the ranks and their
+    messages, so that no rank waits in a collective the failed ones never enter.
+    """
+    reports = comm.allgather_object(None if error is None else (type(error).__name__, str(error)))
+    if error is not None:
+        raise error
+    failed = [(rank, report) for rank, report in enumerate(reports) if report is not None]
+    names = {name for _, (name, _) in failed}
+    kind = getattr(hpcdist_errors, names.pop(), RuntimeError) if len(names) == 1 else RuntimeError
+    if not (isinstance(kind, type) and issubclass(kind, Exception)):
+        kind = RuntimeError
+    detail = "; ".join(f"rank {rank}: {name}: {message}" for rank, (name, message) in failed)
+    raise kind(
+        f"the input pipeline failed on {len(failed)} of {comm.size} ranks (this is rank "
+        f"{comm.rank}, whose input was fine): {detail}"
+    )
 
 
 def _forward_target(state: dict[str, Any], steps: int) -> int:

@@ -347,6 +347,38 @@ def case_dataset_object_per_worker():
     check(np.array_equal(rv.fetch(), np.arange(5)))
 
 
+def case_per_worker_datasets_over_tfrecord_files():
+    directory = Path(sys.argv[1]) / "ps_records"
+    directory.mkdir(exist_ok=True)
+    for k in range(4):  # file k holds 10 * k .. 10 * k + 4
+        with hd.io.TFRecordWriter(str(directory / f"part-{k}.tfrecord")) as writer:
+            for j in range(5):
+                writer.write(str(10 * k + j).encode())
+    pattern = str(directory / "part-*.tfrecord")
+
+    def dataset_fn(ctx):
+        names = hd.data.Dataset.list_files(pattern, shuffle=False)
+        names = names.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
+        records = names.interleave(hd.data.TFRecordDataset, cycle_length=2)
+        return records.map(lambda r: np.int64(int(r))).batch(1)
+
+    per_worker = coordinator.create_per_worker_dataset(
+        lambda: strategy.distribute_datasets_from_function(dataset_fn)
+    )
+    iterator = iter(per_worker)
+
+    def step(it):
+        return int(next(it)[0]), strategy.extended.worker_index
+
+    # 10 records per worker (files w and w + 2): 8 steps cannot exhaust one.
+    results = [coordinator.schedule(step, args=(iterator,)) for _ in range(8)]
+    coordinator.join()
+    seen = [rv.fetch() for rv in results]
+    values = [v for v, _ in seen]
+    check(len(set(values)) == 8, f"duplicates: {seen}")
+    check(all((v // 10) % 2 == w for v, w in seen), f"a worker read another's file: {seen}")
+
+
 # -- variables in RMA windows ----------------------------------------------------------------
 
 
