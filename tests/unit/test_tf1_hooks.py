@@ -25,7 +25,7 @@ from hpcdist.compat.v1.hooks import (
     SummarySaverHook,
 )
 from hpcdist.compat.v1.saver import CheckpointSaverListener, Saver, latest_checkpoint
-from hpcdist.compat.v1.session import Session, global_variables_initializer
+from hpcdist.compat.v1.session import AfterOperations, Session, global_variables_initializer
 from hpcdist.compat.v1.session_run_hook import SessionRunArgs, SessionRunContext, SessionRunValues
 from hpcdist.compat.v1.variables import (
     Variable,
@@ -52,7 +52,9 @@ class _Hooked:
             if args is not None and args.feed_dict:
                 feeds.update(args.feed_dict)
         hook_fetches = [None if a is None else a.fetches for a in extra]
-        outputs, hook_values = self.session.run([fetches, hook_fetches], feed_dict=feeds)
+        outputs, hook_values = self.session.run(
+            [fetches, AfterOperations(hook_fetches)], feed_dict=feeds
+        )
         for hook, value in zip(self.hooks, hook_values, strict=True):
             hook.after_run(context, SessionRunValues(value, None, None))
         self._stop = self._stop or context.stop_requested
@@ -391,3 +393,20 @@ def test_summary_saver_final_ops_and_feed_fn(tmp_path):
         hooks = [FeedFnHook(lambda: {x: next(feeds)}), final]
         _monitored(hooks, lambda hooked: [hooked.run(train) for _ in range(3)])
     assert final.final_ops_values == np.float32(17.0)
+
+
+def test_stop_at_step_hook_uses_the_step_its_train_op_left():
+    """The step fetched before a run is stale by other workers' steps; the train op's is not."""
+    with Graph().as_default():
+        gs = get_or_create_global_step()
+        hook = StopAtStepHook(last_step=5)
+        hook.begin()
+        with Session() as sess:
+            sess.run(global_variables_initializer())
+            sess.run(assign(gs, np.int64(5)))
+            context = SessionRunContext(SessionRunArgs(None), sess)
+            hook.after_run(context, SessionRunValues(np.int64(3), None, None))
+            assert not context.stop_requested  # TF's estimate, 3 + 1, is short of 5
+            sess.known_step = 5  # this worker's train op reserved the last step
+            hook.after_run(context, SessionRunValues(np.int64(3), None, None))
+            assert context.stop_requested

@@ -81,7 +81,9 @@ def test_minimize_with_global_step_and_fetching_the_loss_computes_it_once() -> N
         with tf.Session() as sess:
             sess.run(tf.global_variables_initializer())
             _, value, gs = sess.run([train, loss, step])
-            assert (float(value), int(gs), len(calls)) == (4.0, 1, 1)  # the pre-update loss
+            # the pre-update loss and global step (a fetched variable is read before the update)
+            assert (float(value), int(gs), len(calls)) == (4.0, 0, 1)
+            assert int(sess.run(step)) == 1
             assert float(sess.run(w)) == 1.0  # 2 - 0.25 * 2 * 2
     assert step.dtype == np.int64 and step.name == "global_step" and not step.trainable
 
@@ -180,3 +182,176 @@ def test_sync_replicas_in_one_process_applies_each_gradient() -> None:
             # The second run is stale: the first took the initial token, which carries step 0.
             assert int(sess.run(step)) == 2
             np.testing.assert_allclose(sess.run(w), [0.0])  # 1 - 0.5 * 2 * 1, then 0
+
+
+def test_sync_replicas_sparse_gradient_updates_only_its_rows() -> None:
+    """R=1 of N=1, Momentum on tf.gather rows: an applied step leaves the rows it did not read.
+
+    Runs 1 and 3 apply (run 2 is stale): run 1 reads row 0, run 3 row 1, so row 0's accumulator
+    keeps 2 (not 0.9 * 2) and row 0 moves once (TF's sparse accumulator and apply).
+    """
+    with tf.Graph().as_default():
+        table = tf.Variable(np.ones((3, 1), np.float32), name="table")
+        ids = tf.placeholder(tf.int32, [None])
+        step = tf.train.get_or_create_global_step()
+        momentum = tf.train.MomentumOptimizer(0.1, 0.9)
+        opt = tf.train.SyncReplicasOptimizer(momentum, 1, 1)
+        train = opt.minimize(lambda: tf.reduce_sum(tf.square(tf.gather(table, ids))), step)
+        with tf.train.MonitoredTrainingSession(hooks=[opt.make_session_run_hook(True)]) as sess:
+            for batch in ([0], [2], [1]):
+                sess.run(train, {ids: batch})
+            np.testing.assert_allclose(sess.run(table).ravel(), [0.8, 0.8, 1.0])
+            accumulator = sess.run(momentum.get_slot(table, "momentum")).ravel()
+            np.testing.assert_allclose(accumulator, [2.0, 2.0, 0.0])
+
+
+def _momentum_on_rows(read: str) -> tuple[np.ndarray, np.ndarray, object]:
+    """Momentum 0.1/0.9 on ``sum(read(table, ids))`` for ids [0, 2], then [0] twice."""
+    with tf.Graph().as_default():
+        table = tf.Variable(np.zeros((4, 2), np.float32), name="table")
+        ids = tf.placeholder(tf.int32, [None])
+        lookup = tf.gather if read == "gather" else tf.nn.embedding_lookup
+        opt = tf.train.MomentumOptimizer(0.1, 0.9)
+        grads = opt.compute_gradients(lambda: tf.reduce_sum(lookup(table, ids)))
+        train = opt.apply_gradients(grads)
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            fetched = sess.run(grads[0][0], {ids: [2, 0, 2]})
+            for batch in ([0, 2], [0], [0]):
+                sess.run(train, {ids: batch})
+            return sess.run(table), sess.run(opt.get_slot(table, "momentum")), fetched
+
+
+@pytest.mark.parametrize("read", ["gather", "embedding_lookup"])
+def test_gather_gradient_is_sparse_and_momentum_leaves_other_rows(read: str) -> None:
+    """Row 2, read once, keeps accumulator 1 and moves once; rows 1 and 3 never move."""
+    table, accumulator, fetched = _momentum_on_rows(read)
+    assert isinstance(fetched, tf.IndexedSlices)
+    np.testing.assert_array_equal(fetched.indices, [0, 2])  # sorted, each row once
+    np.testing.assert_allclose(fetched.values, [[1.0, 1.0], [2.0, 2.0]])
+    np.testing.assert_allclose(accumulator[:, 0], [1 + 0.9 * (1 + 0.9), 0.0, 1.0, 0.0])
+    np.testing.assert_allclose(table[:, 0], [-0.1 * (1 + 1.9 + 2.71), 0.0, -0.1, 0.0], rtol=1e-6)
+
+
+def test_adam_sparse_update_decays_every_row() -> None:
+    """TF's Adam._apply_sparse: m and v decay on all rows, every row of the variable moves."""
+    with tf.Graph().as_default():
+        table = tf.Variable(np.ones((3, 1), np.float32), name="table")
+        ids = tf.placeholder(tf.int32, [None])
+        opt = tf.train.AdamOptimizer(0.1)
+        train = opt.minimize(lambda: tf.reduce_sum(tf.gather(table, ids)))
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            sess.run(train, {ids: [0]})
+            sess.run(train, {ids: [1]})
+            m = sess.run(opt.get_slot(table, "m")).ravel()
+            v = sess.run(opt.get_slot(table, "v")).ravel()
+            values = sess.run(table).ravel()
+    np.testing.assert_allclose(m, [0.09, 0.1, 0.0], rtol=1e-6)
+    np.testing.assert_allclose(v, [0.999e-3, 1e-3, 0.0], rtol=1e-4)  # 1 - 0.999 in float32
+    alpha = 0.1 * np.sqrt(1 - 0.999**2) / (1 - 0.9**2)
+    row0 = 1 - 0.1 - alpha * 0.09 / (np.sqrt(0.999e-3) + 1e-8)  # moved again in step 2
+    row1 = 1 - alpha * 0.1 / (np.sqrt(1e-3) + 1e-8)
+    np.testing.assert_allclose(values, [row0, row1, 1.0], rtol=1e-5)
+
+
+def test_compute_gradients_fetch_as_arrays() -> None:
+    """``sess.run`` of ``compute_gradients``' gradients gives numpy arrays, as TF's."""
+    with tf.Graph().as_default():
+        w = tf.Variable([1.0, -2.0], name="w")
+        b = tf.Variable(np.float32(0.5), name="b")
+        grads = tf.train.GradientDescentOptimizer(0.1).compute_gradients(
+            lambda: tf.reduce_sum(tf.square(w)) + 3.0 * b
+        )
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            dw, db = sess.run([g for g, _ in grads])
+    assert isinstance(dw, np.ndarray) and isinstance(db, np.floating | np.ndarray)
+    np.testing.assert_allclose(dw, [2.0, -4.0])
+    assert float(db) == 3.0
+
+
+def test_gather_axis_other_than_zero_is_refused() -> None:
+    with tf.Graph().as_default():
+        w = tf.Variable(np.zeros((2, 2), np.float32))
+        with pytest.raises(NotImplementedError, match="axis=0"):
+            tf.gather(w, [0], axis=1)
+
+
+def test_initializers_fill_get_variable() -> None:
+    with tf.Graph().as_default():
+        z = tf.get_variable("z", shape=(2, 2), initializer=tf.zeros_initializer())
+        o = tf.get_variable("o", shape=(3,), initializer=tf.ones_initializer())
+        c = tf.get_variable("c", shape=(2,), initializer=tf.constant_initializer(2.5))
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            got = sess.run([z, o, c])
+    np.testing.assert_array_equal(got[0], np.zeros((2, 2)))
+    np.testing.assert_array_equal(got[1], np.ones(3))
+    np.testing.assert_array_equal(got[2], [2.5, 2.5])
+    assert got[0].dtype == np.float32
+
+
+def test_create_global_step_twice_is_tfs_error() -> None:
+    with tf.Graph().as_default():
+        tf.train.create_global_step()
+        with pytest.raises(ValueError, match=r'^"global_step" already exists\.$'):
+            tf.train.create_global_step()
+
+
+def test_a_variable_the_loss_does_not_reach_is_left_alone() -> None:
+    """Its gradient fetches as None and applying skips it (it used to become NaN)."""
+    with tf.Graph().as_default():
+        w = tf.Variable([1.0], name="w")
+        other = tf.Variable(np.float32(1.0), name="other")
+        opt = tf.train.GradientDescentOptimizer(0.5)
+        grads = opt.compute_gradients(lambda: tf.reduce_sum(w), var_list=[w, other])
+        train = opt.apply_gradients(grads)
+        none_only = opt.minimize(lambda: tf.reduce_sum(w), var_list=[other])
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            assert sess.run(grads[1][0]) is None
+            sess.run(train)
+            assert (sess.run(w).tolist(), float(sess.run(other))) == ([0.5], 1.0)
+            with pytest.raises(ValueError, match="No gradients provided for any variable"):
+                sess.run(none_only)
+
+
+def test_learning_rate_placeholder_is_fed_per_run() -> None:
+    with tf.Graph().as_default():
+        w = tf.Variable([1.0], name="w")
+        lr = tf.placeholder(tf.float32, [])
+        train = tf.train.GradientDescentOptimizer(lr).minimize(lambda: tf.reduce_sum(w))
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            sess.run(train, {lr: 0.25})
+            sess.run(train, {lr: 0.5})
+            np.testing.assert_allclose(sess.run(w), [0.25])
+
+
+def test_gather_of_a_missing_row_is_tfs_invalid_argument() -> None:
+    with tf.Graph().as_default():
+        w = tf.Variable(np.zeros((3, 2), np.float32), name="w")
+        ids = tf.placeholder(tf.int32, [None])
+        with tf.Session() as sess:
+            sess.run(w.initializer)
+            with pytest.raises(InvalidArgumentError, match=r"indices\[1\] = 5 is not in \[0, 3\)"):
+                sess.run(lambda: tf.gather(w, ids), {ids: [0, 5]})
+
+
+def test_adam_creates_its_beta_powers_before_the_slots() -> None:
+    """TF's creation order (and so the collection's): beta1/2_power, then m and v per variable."""
+    with tf.Graph().as_default():
+        b, a = tf.Variable([1.0], name="b"), tf.Variable([2.0], name="a")
+        tf.train.AdamOptimizer(0.1).minimize(lambda: tf.reduce_sum(a) + tf.reduce_sum(b))
+        names = [v.name for v in tf.global_variables()]
+    assert names == [
+        "b",
+        "a",
+        "beta1_power",
+        "beta2_power",
+        "b/Adam",
+        "b/Adam_1",
+        "a/Adam",
+        "a/Adam_1",
+    ]

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from hpcdist.compat.v1 import app, contrib, errors, nn, train
+from hpcdist.compat.v1.array_ops import gather
 from hpcdist.compat.v1.devices import DeviceSpec
 from hpcdist.compat.v1.graph import (
     Graph,
@@ -29,6 +30,11 @@ from hpcdist.compat.v1.graph import (
     get_default_graph,
     name_scope,
     reset_default_graph,
+)
+from hpcdist.compat.v1.initializers import (
+    constant_initializer,
+    ones_initializer,
+    zeros_initializer,
 )
 from hpcdist.compat.v1.session import (
     Session,
@@ -55,7 +61,6 @@ from hpcdist.core.math_ops import (
     cast,
     divide,
     exp,
-    gather,
     log,
     matmul,
     maximum,
@@ -90,6 +95,7 @@ __all__ = [
     "cast",
     "colocate_with",
     "constant",
+    "constant_initializer",
     "contrib",
     "device",
     "disable_eager_execution",
@@ -118,6 +124,7 @@ __all__ = [
     "negative",
     "nn",
     "ones",
+    "ones_initializer",
     "placeholder",
     "reduce_mean",
     "reduce_sum",
@@ -132,6 +139,7 @@ __all__ = [
     "trainable_variables",
     "variables_initializer",
     "zeros",
+    "zeros_initializer",
 ]
 
 float32, float64, int32, int64 = np.float32, np.float64, np.int32, np.int64

@@ -20,6 +20,7 @@ import numpy as np
 from hpcdist.compat.v1.devices import DeviceSpec, canonical_name, merge_device
 
 __all__ = [
+    "Deferred",
     "Graph",
     "GraphKeys",
     "OpRecord",
@@ -107,18 +108,30 @@ class Operation:
         fn: What running it does; called with the session's run state (`RunState`).
         name: Name.
         inputs: Operations run before this one in the same ``run``.
+        has_value: Whether fetching it gives what ``fn`` returned (``tf.assign`` and
+            ``tf.assign_add`` give the new value, as TF's tensors do), not None.
     """
 
-    def __init__(self, fn: Callable[[Any], Any] | None, name: str, inputs: tuple = ()) -> None:
+    def __init__(
+        self,
+        fn: Callable[[Any], Any] | None,
+        name: str,
+        inputs: tuple = (),
+        has_value: bool = False,
+    ) -> None:
         self._fn, self.name, self.inputs = fn, name, tuple(inputs)
         self.type = "NoOp" if fn is None else "Op"
+        self.has_value = has_value
 
-    def execute(self, state: Any) -> None:
-        """Run the inputs, then this operation, in run ``state`` (`Session.run` calls it)."""
+    def execute(self, state: Any) -> Any:
+        """Run the inputs, then this operation, in run ``state`` (`Session.run` calls it).
+
+        Returns:
+            What ``fn`` returned (None without one).
+        """
         for op in self.inputs:
             state.run_op(op)
-        if self._fn is not None:
-            self._fn(state)
+        return None if self._fn is None else self._fn(state)
 
     def run(self, feed_dict: dict | None = None, session: Any = None) -> None:
         """Run in ``session`` (default: the current default session)."""
@@ -126,6 +139,18 @@ class Operation:
 
     def __repr__(self) -> str:
         return f"<Operation {self.name!r}>"
+
+
+class Deferred:
+    """A value computed when a run needs it (a gradient of `compute_gradients`).
+
+    `Session.run` fetches it as its `value` in that run: what TF's ``sess.run`` of the
+    tensor gives (numpy arrays, or `IndexedSlices` of numpy arrays for a sparse gradient).
+    """
+
+    def value(self, state: Any) -> Any:
+        """The value in run ``state`` (`hpcdist.compat.v1.session.RunState`)."""
+        raise NotImplementedError(f"{type(self).__name__} must define value(state)")
 
 
 def from_session(session: Any) -> Any:

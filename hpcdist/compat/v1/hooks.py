@@ -103,8 +103,17 @@ class StopAtStepHook(_GlobalStepHook):
             self._last_step = int(session.run(self._global_step)) + self._num_steps
 
     def after_run(self, run_context: SessionRunContext, run_values: SessionRunValues) -> None:
-        """Request a stop once the global step (re-read when near) reached the last step."""
-        if int(run_values.results) + 1 >= self._last_step:
+        """Request a stop once the global step (re-read when near) reached the last step.
+
+        Near: the step fetched before the run plus one (TF's estimate), or the step this
+        process's train op left, when later (the fetched step is stale by the other workers'
+        steps; the train op's is not).
+        """
+        estimate = int(run_values.results) + 1
+        known = getattr(run_context.session, "known_step", None)
+        if known is not None:
+            estimate = max(estimate, known)
+        if estimate >= self._last_step:
             step = int(run_context.session.run(self._global_step))
             if step >= self._last_step:
                 run_context.request_stop()

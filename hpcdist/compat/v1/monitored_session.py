@@ -18,7 +18,7 @@ from typing import Any
 
 from hpcdist.compat.v1.graph import get_default_graph
 from hpcdist.compat.v1.hooks import CheckpointSaverHook, StepCounterHook, SummarySaverHook
-from hpcdist.compat.v1.session import Session
+from hpcdist.compat.v1.session import AfterOperations, Session
 from hpcdist.compat.v1.session_manager import ChiefSessionCreator, Scaffold, WorkerSessionCreator
 from hpcdist.compat.v1.session_run_hook import SessionRunArgs, SessionRunContext, SessionRunValues
 from hpcdist.errors import AbortedError, OutOfRangeError, UnavailableError
@@ -172,7 +172,11 @@ class MonitoredSession:
                 if key in feeds:
                     raise RuntimeError(f"Same tensor is fed by a SessionRunHook and user. {key!r}")
                 feeds[key] = value
-        results = self._sess.run({"caller": fetches, "hooks": wanted}, feed_dict=feeds or None)
+        # The hooks' fetches see the state the run left (AfterOperations), the caller's
+        # variables are read before the update (TF's read does not wait for the train op).
+        results = self._sess.run(
+            {"caller": fetches, "hooks": AfterOperations(wanted)}, feed_dict=feeds or None
+        )
         for i, hook in enumerate(self._hooks):
             hook.after_run(
                 context, SessionRunValues(results["hooks"].get(i), options, run_metadata)

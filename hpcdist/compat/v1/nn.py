@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from hpcdist.compat.v1.array_ops import gather
 from hpcdist.core import math_ops
 from hpcdist.core.math_ops import log_softmax, relu, sigmoid, softmax, softplus, tanh
-from hpcdist.nn.embedding import embedding_lookup
 
 __all__ = [
     "embedding_lookup",
@@ -19,6 +19,23 @@ __all__ = [
     "softplus",
     "tanh",
 ]
+
+
+def embedding_lookup(params: Any, ids: Any, partition_strategy: str = "mod", **kwargs: Any) -> Any:
+    """``tf.nn.embedding_lookup`` of one table: `tf.gather` of its rows (a sparse gradient).
+
+    Raises:
+        NotImplementedError: ``params`` is a list of tables (a partitioned table).
+    """
+    del partition_strategy, kwargs
+    if isinstance(params, list | tuple):
+        if len(params) != 1:
+            raise NotImplementedError(
+                f"embedding_lookup of a list of {len(params)} tables (partitioned) is not "
+                "supported here: pass one table"
+            )
+        params = params[0]
+    return gather(params, ids)
 
 
 def l2_loss(t: Any) -> Any:

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from hpcdist.compat.v1.atomics import atomic_read, compare_and_swap, fetch_add
-from hpcdist.compat.v1.graph import GraphKeys, Operation, get_default_graph
-from hpcdist.compat.v1.variables import Variable
+from hpcdist.compat.v1.graph import Deferred, GraphKeys, Operation, get_default_graph
+from hpcdist.compat.v1.variables import Placeholder, Variable
 from hpcdist.core.autodiff import GradientTape, IndexedSlices, Tensor
 from hpcdist.strategies.ps.store import RmaStorage
 from hpcdist.utils.xp import to_numpy
@@ -57,13 +57,18 @@ def gradients_of(state: Any, loss: Callable[[], Any], var_list: list[Variable]) 
     return state.once(key, compute)[1]
 
 
-class _Gradient:
-    """A deferred gradient: ``d loss / d var_list[index]``, computed when a run needs it."""
+class _Gradient(Deferred):
+    """A deferred gradient: ``d loss / d var_list[index]``, computed when a run needs it.
+
+    ``session.run`` of it gives the gradient's value in that run: a numpy array, or
+    `IndexedSlices` for the gradient of a row read (``tf.gather``, ``embedding_lookup``).
+    """
 
     def __init__(self, loss: Callable[[], Any], var_list: list[Variable], index: int) -> None:
         self.loss, self.var_list, self.index = loss, var_list, index
 
     def value(self, state: Any) -> Any:
+        """The gradient in run ``state``."""
         return gradients_of(state, self.loss, self.var_list)[self.index]
 
 
@@ -75,6 +80,8 @@ def evaluate_gradient(state: Any, grad: Any) -> Any:
         grad = grad.value(state)
     elif callable(grad) and not isinstance(grad, Variable):
         grad = state.evaluate(grad)
+    if grad is None:  # the loss does not reach the variable
+        return None
     if isinstance(grad, IndexedSlices):
         return grad
     if isinstance(grad, Tensor):
@@ -84,18 +91,22 @@ def evaluate_gradient(state: Any, grad: Any) -> Any:
     return np.asarray(grad)
 
 
-def reserve_step(global_step: Variable, bound: int | None) -> bool:
-    """Advance ``global_step`` by one unless it reached ``bound``; whether it advanced."""
+def reserve_step(global_step: Variable, bound: int | None) -> int | None:
+    """Advance ``global_step`` by one unless it reached ``bound``.
+
+    Returns:
+        The global step this reservation left (the step reserved plus one), or None when the
+        step had reached ``bound`` (nothing may be applied).
+    """
     if bound is None:
-        fetch_add(global_step, 1)
-        return True
+        return fetch_add(global_step, 1) + 1
     step = atomic_read(global_step)
     while step < bound:
         found = compare_and_swap(global_step, step, step + 1)
         if found == step:
-            return True
+            return step + 1
         step = found
-    return False
+    return None
 
 
 # -- rows of a variable, wherever it lives --------------------------------------------------
@@ -103,10 +114,7 @@ def reserve_step(global_step: Variable, bound: int | None) -> bool:
 
 def read_rows(var: Variable, ids: np.ndarray) -> np.ndarray:
     """Rows ``ids`` (sorted, unique) of ``var``."""
-    storage = var.storage
-    if isinstance(storage, RmaStorage):
-        return storage.read_rows(ids)
-    return np.array(storage.read()[ids])
+    return var.sparse_read(ids)
 
 
 def add_rows(var: Variable, ids: np.ndarray, rows: np.ndarray) -> None:
@@ -174,8 +182,8 @@ class Optimizer:
         (`SyncReplicasOptimizer`). Subclasses extend TF's hooks `_create_slots` and
         `_create_non_slots`.
         """
+        self._create_non_slots(var_list)  # TF's order: Adam's beta powers, then the slots
         self._create_slots(var_list)
-        self._create_non_slots(var_list)
 
     def _create_slots(self, var_list: list[Variable]) -> None:
         """Create this optimizer's slots (``_slot_specs``) of each variable."""
@@ -253,8 +261,18 @@ class Optimizer:
 
         def apply(state: Any) -> None:
             grads = [evaluate_gradient(state, g) for g, _ in pairs]
-            if global_step is not None and not reserve_step(global_step, state.session.step_bound):
-                return
+            if all(g is None for g in grads):  # TF finds it when building: here, when run
+                raise ValueError(
+                    f"No gradients provided for any variable: {[v.name for _, v in pairs]}"
+                )
+            if global_step is not None:
+                bound = state.session.step_bound
+                reached = reserve_step(global_step, bound)
+                # What this process knows of the global step now (StopAtStepHook reads it: a
+                # step fetched before the run is stale by the other workers' steps).
+                state.session.known_step = reached if reached is not None else bound
+                if reached is None:
+                    return
             self.apply_values(state, grads, [v for _, v in pairs])
 
         return Operation(apply, name or self._name)
@@ -290,7 +308,7 @@ class Optimizer:
 
     def _learning_rate_value(self, state: Any) -> float:
         lr = self._learning_rate
-        if callable(lr) or isinstance(lr, Variable):
+        if callable(lr) or isinstance(lr, Variable | Placeholder):
             return float(np.asarray(state.evaluate(lr)))
         return float(lr)
 
@@ -373,7 +391,11 @@ class MomentumOptimizer(Optimizer):
 
 
 class AdamOptimizer(Optimizer):
-    """TF1 Adam: slots ``m`` and ``v``, non-slot ``beta1_power`` and ``beta2_power``."""
+    """TF1 Adam: slots ``m`` and ``v``, non-slot ``beta1_power`` and ``beta2_power``.
+
+    As TF's, a sparse gradient (`IndexedSlices`) still decays ``m`` and ``v`` on every row and
+    moves every row of the variable; the other optimizers update only the gradient's rows.
+    """
 
     def __init__(
         self,
@@ -411,13 +433,21 @@ class AdamOptimizer(Optimizer):
         b1p = dt(self._non_slots["beta1_power"].numpy())
         b2p = dt(self._non_slots["beta2_power"].numpy())
         alpha = dt(lr) * np.sqrt(dt(1) - b2p) / (dt(1) - b1p)
-        m, v = self._slot(var, "m", ids), self._slot(var, "v", ids)
+        # A sparse gradient (TF's _apply_sparse) decays every row of m and v, adds the
+        # gradient's rows, and moves every row of the variable: all three are whole updates.
+        m, v = self._slot(var, "m", None), self._slot(var, "v", None)
         m_old, v_old = m.read(), v.read()
-        m_new = m_old + (grad - m_old) * (dt(1) - dt(self._beta1))
-        v_new = v_old + (grad * grad - v_old) * (dt(1) - dt(self._beta2))
+        b1, b2 = dt(self._beta1), dt(self._beta2)
+        if ids is None:
+            m_new = m_old + (grad - m_old) * (dt(1) - b1)
+            v_new = v_old + (grad * grad - v_old) * (dt(1) - b2)
+        else:
+            m_new, v_new = m_old * b1, v_old * b2
+            m_new[ids] += grad * (dt(1) - b1)
+            v_new[ids] += (grad * grad) * (dt(1) - b2)
         m.add(m_new - m_old)
         v.add(v_new - v_old)
-        _Target(var, ids).add(-(alpha * m_new) / (np.sqrt(v_new) + dt(self._epsilon)))
+        _Target(var, None).add(-(alpha * m_new) / (np.sqrt(v_new) + dt(self._epsilon)))
 
     def _finish(self) -> None:
         for name, beta in (("beta1_power", self._beta1), ("beta2_power", self._beta2)):

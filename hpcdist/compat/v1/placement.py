@@ -5,6 +5,11 @@ from the graph alone, without talking: variables whose device is on the ``ps`` j
 out, in creation order, in their ps task's segment after the session header; the others live
 in this process. A hash of the ps table (names, shapes, dtypes, tasks) lets the chief and the
 other workers check that they built the same graph.
+
+A variable in this process has no value until something writes it (its initializer, a
+restore, an assign): reading it before raises `FailedPreconditionError`, as TF's session does.
+A local session (target ``""``, no cluster) starts with fresh, uninitialized variables, as each
+``tf.Session()`` of TF has its own; the ps variables live as long as their tasks.
 """
 
 from __future__ import annotations
@@ -17,11 +22,62 @@ import numpy as np
 from hpcdist.compat.v1.devices import DeviceSpec
 from hpcdist.compat.v1.task_cluster import HEADER_BYTES, PS_JOB
 from hpcdist.core.variables import LocalStorage
-from hpcdist.errors import ClusterConfigError
+from hpcdist.errors import ClusterConfigError, FailedPreconditionError, NotFoundError
 
-__all__ = ["Placement", "place_graph"]
+__all__ = ["LocalVariableStorage", "Placement", "place_graph", "renew_local_variables"]
 
 _ALIGN = 64
+
+
+class LocalVariableStorage(LocalStorage):
+    """The memory of a variable in this process: unreadable until first written.
+
+    Args:
+        value: An array of the variable's shape and dtype (its contents are not a value).
+        name: The variable's name (for the error).
+    """
+
+    def __init__(self, value: np.ndarray, name: str) -> None:
+        super().__init__(value)
+        self.name = name
+        self.initialized = False
+
+    def _check(self) -> None:
+        if not self.initialized:
+            raise FailedPreconditionError(
+                f"Attempting to use uninitialized value {self.name}: run its initializer "
+                "first (tf.global_variables_initializer(), variable.initializer, a "
+                "Saver.restore, or a MonitoredTrainingSession, which initializes them)"
+            )
+
+    def read(self) -> np.ndarray:
+        """The array (raises before the first write)."""
+        self._check()
+        return super().read()
+
+    def local_array(self) -> np.ndarray:
+        """The array for in-place updates (raises before the first write)."""
+        self._check()
+        return super().local_array()
+
+    def add(self, delta: np.ndarray) -> None:
+        """In-place add.
+
+        Raises:
+            NotFoundError: Before the first write (TF's error for an update of a resource
+                variable that was never initialized).
+        """
+        if not self.initialized:
+            raise NotFoundError(
+                f"Resource {self.name} does not exist: the variable {self.name} was updated "
+                "before it was initialized (run its initializer first)"
+            )
+        super().add(delta)
+
+    def write(self, value: np.ndarray) -> None:
+        """Copy ``value`` in: the variable is initialized from now on."""
+        super().write(value)
+        self.initialized = True
 
 
 class Placement:
@@ -76,7 +132,7 @@ def place_graph(graph: Any, cluster: Any) -> Placement:
     for var in graph.variables:
         task = ps_task(var, num_ps)
         if task is None:
-            var.place(LocalStorage(var.initial_value))
+            var.place(LocalVariableStorage(var.initial_value, var.name))
             continue
         nbytes = int(np.prod(var.shape, dtype=np.int64)) * var.dtype.itemsize
         offset = used[task]
@@ -96,3 +152,14 @@ def place_graph(graph: Any, cluster: Any) -> Placement:
         table.append((var.name, tuple(var.shape), var.dtype.str, task))
     graph.binding = Placement(table)
     return graph.binding
+
+
+def renew_local_variables(graph: Any, cluster: Any) -> None:
+    """Give every variable of ``graph`` that lives in this process fresh, uninitialized memory.
+
+    A local session calls it (each ``tf.Session()`` of TF has its own variables).
+    """
+    num_ps = len(cluster.ps_ranks) if cluster is not None else 0
+    for var in graph.variables:
+        if ps_task(var, num_ps) is None:
+            var.place(LocalVariableStorage(var.initial_value, var.name))

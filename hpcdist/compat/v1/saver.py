@@ -15,13 +15,15 @@ train. Values are read and written through the variables themselves (``numpy()``
 
 Differences from TF: one ``.h5`` file per checkpoint instead of ``.index``/``.data-*``/
 ``.meta`` (no meta graph is written); the state file ``checkpoint`` is the JSON of
-`CheckpointManager`. A save without ``global_step`` writes ``<save_path>.h5`` and leaves the
-state file alone (so `latest_checkpoint` does not return it); restore it by its path.
+`CheckpointManager`. A save without ``global_step`` writes ``<save_path>.h5`` and names it the
+newest checkpoint of the state file (`latest_checkpoint` returns it, as TF's), without adding it
+to the checkpoints a later numbered save keeps listing.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -33,17 +35,28 @@ from hpcdist.checkpoint.collective import local_checkpoints
 from hpcdist.checkpoint.format import CheckpointCorruptError, CheckpointMismatchError
 from hpcdist.checkpoint.manager import CheckpointManager
 from hpcdist.checkpoint.state import STATE_FILE, read_state
+from hpcdist.checkpoint.state import write_state as write_state_file
 from hpcdist.compat.v1.graph import Graph, GraphKeys, get_default_graph
+from hpcdist.errors import NotFoundError
 
 __all__ = [
     "CheckpointSaverListener",
     "CheckpointState",
+    "KeyNotFoundInCheckpointError",
     "Saver",
     "checkpoint_exists",
     "default_saver",
     "get_checkpoint_state",
     "latest_checkpoint",
 ]
+
+
+class KeyNotFoundInCheckpointError(CheckpointMismatchError, NotFoundError):
+    """A variable has no value in the checkpoint: TF's ``NotFoundError`` of a restore.
+
+    Also a `CheckpointMismatchError` (a ``ValueError``), as hpcdist's restores raise.
+    """
+
 
 #: The root under which the variables are saved, and the leaf under each variable's name.
 _ROOT = "variables"
@@ -222,7 +235,7 @@ class Saver:
             sess: The session (values are read through the variables).
             save_path: Prefix, e.g. ``"/ckpt/model.ckpt"``.
             global_step: A step number, or a variable holding it (read now); None writes
-                ``<save_path>.h5`` without numbering and without touching the state file.
+                ``<save_path>.h5`` without numbering, named the latest in the state file.
             latest_filename: Accepted (the state file is always ``checkpoint``).
             meta_graph_suffix: Accepted (no meta graph is written).
             write_meta_graph: Accepted.
@@ -244,7 +257,10 @@ class Saver:
             raise TypeError("'sess' must be a Session; got None")
         with local_checkpoints():
             if global_step is None:
-                return _prefix(self._checkpoint.write(_file(save_path)))
+                path = self._checkpoint.write(_file(save_path))
+                if write_state:
+                    _record_latest(os.path.dirname(save_path) or ".", path)
+                return _prefix(path)
             if not isinstance(global_step, int | np.integer):
                 global_step = sess.run(global_step)
             step = int(global_step)
@@ -262,8 +278,9 @@ class Saver:
 
         Raises:
             ValueError: ``save_path`` is None or names no checkpoint (TF's messages).
-            CheckpointMismatchError: A variable has no value in the file ("Key ... not found
-                in checkpoint") or a value of another shape.
+            KeyNotFoundInCheckpointError: A variable has no value in the file ("Key ... not
+                found in checkpoint"): TF's ``NotFoundError``, and a `CheckpointMismatchError`.
+            CheckpointMismatchError: A value of another shape.
             CheckpointCorruptError: The file is truncated or corrupt.
         """
         del sess
@@ -279,7 +296,7 @@ class Saver:
         if shapes is not None:
             missing = [n for n in self._variables if f"{_ROOT}/{n}/{_LEAF}" not in shapes]
             if missing:
-                raise CheckpointMismatchError(
+                raise KeyNotFoundInCheckpointError(
                     f"Key {missing[0]} not found in checkpoint {path} (nothing was restored; "
                     f"variables without a value: {missing})"
                 )
@@ -289,6 +306,21 @@ class Saver:
     def recover_last_checkpoints(self, checkpoint_paths: list[str]) -> None:
         """Accepted for TF compatibility: kept checkpoints are read from the state file."""
         del checkpoint_paths
+
+
+def _record_latest(directory: str, path: str) -> None:
+    """Name ``path`` (an unnumbered save) the newest checkpoint of ``directory``'s state file.
+
+    The numbered checkpoints the file lists stay listed (and managed); the unnumbered one is
+    the latest until the next save.
+    """
+    try:
+        state = read_state(directory)
+    except ValueError:  # a damaged state file: replaced, as TF overwrites it
+        state = None
+    entries = state["checkpoints"] if state is not None else []
+    last_preserved = state["last_preserved"] if state is not None else time.time()
+    write_state_file(directory, path, entries, last_preserved)
 
 
 class CheckpointSaverListener:
@@ -368,6 +400,10 @@ def get_checkpoint_state(
     if state is None:
         return None
     entries = [(p, t) for p, t in state["checkpoints"] if os.path.exists(p)]
+    latest = state["latest"]
+    if latest is not None and os.path.exists(latest) and latest not in (p for p, _ in entries):
+        # an unnumbered save: the newest, listed last (its time is the file's)
+        entries.append((latest, os.path.getmtime(latest)))
     if not entries:
         return None
     return CheckpointState([_prefix(p) for p, _ in entries], [t for _, t in entries])

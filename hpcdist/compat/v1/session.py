@@ -1,10 +1,14 @@
 """``tf.Session``: run fetches of a TF1 graph.
 
-``session.run(fetches, feed_dict)`` walks ``fetches`` (nested lists, tuples, dicts):
-operations run and give None, variables are read, placeholders give their fed value, and
-functions (TF1 tensors written as ``def loss(): ...``) are called once per run: a function
-fetched twice in one run, or computed by a train op's gradient tape, gives one value, the one
-the gradient came from. Operations run first, in the order they appear.
+``session.run(fetches, feed_dict)`` walks ``fetches`` (nested lists, tuples, dicts): the
+variables fetched are read first (TF's reads do not wait for a train op of the same run), then
+the operations run in the order they appear (``tf.assign``/``tf.assign_add`` give the new value,
+others None), then placeholders give their fed value and functions (TF1 tensors written as
+``def loss(): ...``) are called once per run: a function fetched twice in one run, or computed
+by a train op's gradient tape, gives one value, the one the gradient came from. Fetches wrapped
+in `AfterOperations` (a monitored session's hooks') read their variables after the operations.
+Reading a variable of this process before its initializer ran raises
+`FailedPreconditionError`, as TF does.
 """
 
 from __future__ import annotations
@@ -15,13 +19,21 @@ from typing import Any
 import numpy as np
 
 from hpcdist.compat.v1 import task_cluster
-from hpcdist.compat.v1.graph import GraphKeys, Operation, default_session, get_default_graph
-from hpcdist.compat.v1.placement import place_graph
+from hpcdist.compat.v1.graph import (
+    Deferred,
+    GraphKeys,
+    Operation,
+    default_session,
+    get_default_graph,
+)
+from hpcdist.compat.v1.placement import place_graph, renew_local_variables
 from hpcdist.compat.v1.variables import Placeholder, Variable
-from hpcdist.core.autodiff import Tensor
+from hpcdist.core.autodiff import IndexedSlices, Tensor
+from hpcdist.errors import FailedPreconditionError
 from hpcdist.utils.xp import to_numpy
 
 __all__ = [
+    "AfterOperations",
     "RunState",
     "Session",
     "global_variables_initializer",
@@ -47,7 +59,23 @@ class RunState:
         if id(op) in self._done:
             return
         self._done.add(id(op))
-        op.execute(self)
+        result = op.execute(self)
+        if op.has_value:
+            self._values[("op", id(op))] = (op, result)
+
+    def read_early(self, fetch: Any) -> None:
+        """Read a fetched variable before the run's operations update it.
+
+        TF reads a fetched variable without waiting for the train op of the same run (the
+        read does not depend on it): ``run([train_op, global_step])`` gives the step before
+        the update. A variable not readable yet (its initializer runs in this run) is read
+        after the operations.
+        """
+        if isinstance(fetch, Variable) and ("read", id(fetch)) not in self._values:
+            try:
+                self._values[("read", id(fetch))] = (fetch, _host(fetch))
+            except FailedPreconditionError:
+                return
 
     def remember(self, fn: Any, value: Any) -> None:
         """Record ``value`` as the result of function ``fn`` in this run."""
@@ -65,15 +93,28 @@ class RunState:
             self._values[key] = compute()
         return self._values[key]
 
-    def evaluate(self, fetch: Any) -> Any:
-        """The value of one fetch (a function is called once per run)."""
+    def evaluate(self, fetch: Any, after_operations: bool = False) -> Any:
+        """The value of one fetch (a function is called once per run).
+
+        Args:
+            fetch: The fetch.
+            after_operations: Read a variable now, not as `read_early` found it.
+        """
         if isinstance(fetch, Operation):
             self.run_op(fetch)
-            return None
+            return _host(self._values[("op", id(fetch))][1]) if fetch.has_value else None
+        if (
+            not after_operations
+            and isinstance(fetch, Variable)
+            and ("read", id(fetch)) in self._values
+        ):
+            return self._values[("read", id(fetch))][1]
         if isinstance(fetch, Variable | Placeholder):
             return _host(fetch)
         if isinstance(fetch, Tensor):
             return to_numpy(fetch.value)
+        if isinstance(fetch, Deferred):
+            return _host(fetch.value(self))
         if callable(fetch):
             key = id(fetch)
             if key not in self._values:
@@ -83,6 +124,8 @@ class RunState:
 
 
 def _host(value: Any) -> Any:
+    if isinstance(value, IndexedSlices):  # TF's IndexedSlicesValue: numpy values and indices
+        return IndexedSlices(to_numpy(value.values), to_numpy(value.indices), value.dense_shape)
     if isinstance(value, Tensor):
         value = value.value
     elif isinstance(value, Variable):
@@ -100,13 +143,34 @@ def _result(value: Any) -> Any:
     return value
 
 
-def _walk(fetches: Any, leaf: Callable[[Any], Any]) -> Any:
+class AfterOperations:
+    """Fetches whose variables are read after the run's operations (a monitored session's hooks).
+
+    A hook sees the state its run left (the global step after the train op), which keeps
+    `StopAtStepHook` and the summary hooks exact; the caller's own fetched variables are read
+    before the update, as TF's reads do not wait for the train op. ``run`` returns the wrapped
+    structure's values in its place.
+
+    Args:
+        fetches: Any fetch structure.
+    """
+
+    def __init__(self, fetches: Any) -> None:
+        self.fetches = fetches
+
+
+def _walk(
+    fetches: Any, leaf: Callable[[Any], Any], late: Callable[[Any], Any] | None = None
+) -> Any:
+    """Apply ``leaf`` to every fetch, ``late`` (default ``leaf``) inside `AfterOperations`."""
+    if isinstance(fetches, AfterOperations):
+        return _walk(fetches.fetches, late or leaf, late)
     if isinstance(fetches, Mapping):
-        return type(fetches)((k, _walk(v, leaf)) for k, v in fetches.items())
+        return type(fetches)((k, _walk(v, leaf, late)) for k, v in fetches.items())
     if isinstance(fetches, tuple) and hasattr(fetches, "_fields"):
-        return type(fetches)(*(_walk(v, leaf) for v in fetches))
+        return type(fetches)(*(_walk(v, leaf, late) for v in fetches))
     if isinstance(fetches, list | tuple):
-        return type(fetches)(_walk(v, leaf) for v in fetches)
+        return type(fetches)(_walk(v, leaf, late) for v in fetches)
     return leaf(fetches)
 
 
@@ -115,7 +179,11 @@ class Session:
 
     Creating a session places the graph's variables (in the ps tasks' RMA windows when this
     process runs a task of a `tf.train.Server` cluster). A plain session initializes nothing:
-    run ``tf.global_variables_initializer()`` (`MonitoredTrainingSession` does it for you).
+    run ``tf.global_variables_initializer()`` (`MonitoredTrainingSession` does it for you);
+    reading a variable of this process before raises `FailedPreconditionError`, as in TF.
+    Without a cluster every session has its own variables, uninitialized at its creation (as
+    each ``tf.Session()`` of TF); with one, the ps variables are the ps tasks' (what the chief
+    initialized), and this process's variables keep their values from session to session.
 
     Args:
         target: ``""``, a server's ``target``, or any string (all mean this process's cluster).
@@ -128,8 +196,13 @@ class Session:
         self.target = target
         self.graph = graph if graph is not None else get_default_graph()
         self.cluster = task_cluster.current()
+        fresh = self.graph.binding is not None and self.cluster is None
         self.placement = place_graph(self.graph, self.cluster)
+        if fresh:  # a later local session of the graph: its own, uninitialized variables
+            renew_local_variables(self.graph, self.cluster)
         self.step_bound: int | None = None  # the global step a train op may not pass
+        #: The global step this process's last train op left (or found at the bound), or None.
+        self.known_step: int | None = None
         self._closed = False
         self._default: Any = None
 
@@ -140,7 +213,12 @@ class Session:
         options: Any = None,
         run_metadata: Any = None,
     ) -> Any:
-        """Run ``fetches`` once: operations first, then every other value.
+        """Run ``fetches`` once: variables are read, operations run, then other values.
+
+        A variable fetched beside a train op gives its value before the update (TF's reads do
+        not wait for the update), except inside `AfterOperations` (hooks' fetches); a function
+        the train op differentiated gives the value the gradient came from; other functions are
+        evaluated after the operations.
 
         Raises:
             RuntimeError: The session is closed.
@@ -160,8 +238,13 @@ class Session:
             key.value = key.check(value)
         state = RunState(self)
         try:
+            _walk(fetches, state.read_early, lambda f: None)
             _walk(fetches, lambda f: state.run_op(f) if isinstance(f, Operation) else None)
-            return _walk(fetches, lambda f: _result(state.evaluate(f)))
+            return _walk(
+                fetches,
+                lambda f: _result(state.evaluate(f)),
+                lambda f: _result(state.evaluate(f, after_operations=True)),
+            )
         finally:
             for key in fed:
                 key.value = None

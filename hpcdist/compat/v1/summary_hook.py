@@ -157,8 +157,9 @@ class SummarySaverHook(SessionRunHook):
         """
         if self._writer is None:
             return
-        # hpcdist's session reads fetched variables after the run's operations: the fetched
-        # global step is already this run's (TF's hook adds one to a stale read).
+        # A monitored session reads its hooks' variables after the run's operations
+        # (`AfterOperations`): the fetched global step is already this run's (TF's hook adds
+        # one to a stale read).
         global_step = int(run_values.results["global_step"])
         if self._next_step is None or self._request:
             global_step = int(run_context.session.run(self._global_step))

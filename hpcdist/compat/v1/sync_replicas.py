@@ -8,10 +8,13 @@ same state lives in the ps windows and the workers drive it themselves, with MPI
   equals the word's step and finds fewer than R gradients admitted takes a place with a
   compare-and-swap, else its gradient is stale (or surplus) and dropped, as TF drops stale ones;
 * a sum buffer per variable, beside the variable: admitted workers add their gradients
-  (``Accumulate``) and count themselves done;
+  (``Accumulate``; a sparse one only its rows, counted in a row buffer) and count themselves
+  done;
 * the worker that took the R-th place waits for the others' sums, applies the mean with the
-  wrapped optimizer, advances the global step and the word, and enqueues ``max(N, R)`` tokens
-  carrying the new step into a ring beside the global step;
+  wrapped optimizer (to the rows the gradients touched when all were sparse, as TF's
+  ``SparseConditionalAccumulator`` gives an ``IndexedSlices``), advances the global step and
+  the word, and enqueues ``max(N, R)`` tokens carrying the new step into a ring beside the
+  global step;
 * every worker that pushed (or was dropped) takes one token: its new local step.
 
 No chief thread: ``close()`` returns at once (TF waits up to 120 s). A worker whose local step
@@ -28,7 +31,7 @@ import numpy as np
 
 from hpcdist.compat.v1.atomics import atomic_read, compare_and_swap, fetch_add
 from hpcdist.compat.v1.graph import GraphKeys, Operation, get_default_graph
-from hpcdist.compat.v1.optimizers import Optimizer, evaluate_gradient
+from hpcdist.compat.v1.optimizers import Optimizer, add_rows, evaluate_gradient
 from hpcdist.compat.v1.session_run_hook import SessionRunHook
 from hpcdist.compat.v1.variables import Variable
 from hpcdist.core.autodiff import IndexedSlices
@@ -120,6 +123,7 @@ class SyncReplicasOptimizer(Optimizer):
         self._state: Variable | None = None
         self._queue: Variable | None = None
         self._sums: list[Variable] = []
+        self._touched: list[Variable | None] = []
         self._variables: list[Variable] = []
         self._local_step: Variable | None = None
         self._capacity = 0
@@ -179,7 +183,7 @@ class SyncReplicasOptimizer(Optimizer):
                     collections=[],
                     name="sync_token_q",
                 )
-            self._sums = []
+            self._sums, self._touched = [], []
             for var in self._variables:
                 with graph.colocate_with(var):
                     self._sums.append(
@@ -189,6 +193,19 @@ class SyncReplicasOptimizer(Optimizer):
                             collections=[],
                             name=f"{var.name}/sync_accumulator",
                         )
+                    )
+                    # Per row: how many sparse gradients touched it; the last word counts the
+                    # dense ones. The mean is applied sparsely (TF's SparseConditionalAccumulator)
+                    # when only sparse gradients arrived.
+                    self._touched.append(
+                        Variable(
+                            np.zeros(var.shape[0] + 1, np.int64),
+                            trainable=False,
+                            collections=[],
+                            name=f"{var.name}/sync_accumulator_rows",
+                        )
+                        if len(var.shape) >= 1
+                        else None
                     )
             self._local_step = Variable(
                 np.int64(0),
@@ -213,12 +230,21 @@ class SyncReplicasOptimizer(Optimizer):
             return
         place = self._admit(local)
         if place is not None:
-            for grad, total, var in zip(grads, self._sums, self._variables, strict=True):
+            for grad, total, touched, var in zip(
+                grads, self._sums, self._touched, self._variables, strict=True
+            ):
                 if grad is None:
                     continue
                 if isinstance(grad, IndexedSlices):
-                    grad = grad.dense()
+                    grad = grad.deduplicate()
+                    ids = np.asarray(grad.indices, np.int64)
+                    add_rows(total, ids, np.asarray(grad.values, var.dtype))
+                    if touched is not None:
+                        add_rows(touched, ids, np.ones(len(ids), np.int64))
+                    continue
                 total.assign_add(np.asarray(grad, var.dtype), read_value=False)
+                if touched is not None:
+                    fetch_add(touched, 1, index=var.shape[0])
             fetch_add(self._state, 1, index=1)
             if place == self._replicas_to_aggregate:
                 self._update(state, local)
@@ -243,13 +269,23 @@ class SyncReplicasOptimizer(Optimizer):
             f"{r} gradients of step {step} to finish arriving",
             lambda: True if atomic_read(self._state, 1) >= r else None,
         )
-        means = []
-        for total, var in zip(self._sums, self._variables, strict=True):
-            means.append(total.numpy() / r)
+        means: list[Any] = []
+        for total, touched, var in zip(self._sums, self._touched, self._variables, strict=True):
+            mean = total.numpy() / r
+            if touched is not None:
+                counts = touched.numpy()
+                if not counts.any():  # no gradient for this variable (TF skips it)
+                    mean = None
+                elif counts[-1] == 0:  # only sparse gradients: apply their rows only
+                    ids = np.flatnonzero(counts[:-1])
+                    mean = IndexedSlices(mean[ids], ids, var.shape)
+                touched.assign(np.zeros_like(counts), read_value=False)
+            means.append(mean)
             total.assign(np.zeros(var.shape, var.dtype), read_value=False)
         compare_and_swap(self._state, r, 0, 1)
         self._opt.apply_values(state, means, self._variables)
         new_step = fetch_add(self._global_step, 1) + 1
+        state.session.known_step = new_step
         compare_and_swap(self._state, _word(step, r), _word(step + 1, 0), 0)
         self._enqueue(new_step, self._tokens_per_step)
 

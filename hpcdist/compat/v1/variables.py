@@ -4,7 +4,9 @@ A `Variable` is declared in the default graph: its name, initial value, collecti
 device are fixed at creation (the device functions of ``tf.device`` scopes run then). It has
 no value until a session places it (`hpcdist.compat.v1.placement`): in a parameter server's
 RMA window when its device is ``/job:ps/task:k``, else in this process. Reading one before
-that raises `FailedPreconditionError`, as reading an uninitialized variable does in TF.
+that, or (in this process) before its initializer ran, raises `FailedPreconditionError`, as
+reading an uninitialized variable does in TF. ``tf.gather`` of a variable reads only its rows
+(`Variable.sparse_read`), for TF's sparse gradient.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ import numpy as np
 
 from hpcdist.compat.v1.graph import GraphKeys, Operation, OpRecord, from_session, get_default_graph
 from hpcdist.core.autodiff import Tensor, register_tensor_conversion
+from hpcdist.core.tensors import Operators
 from hpcdist.core.variables import Storage
 from hpcdist.core.variables import Variable as _BaseVariable
 from hpcdist.errors import FailedPreconditionError, InvalidArgumentError
+from hpcdist.strategies.ps.store import RmaStorage
 
 __all__ = [
     "Placeholder",
@@ -152,6 +156,18 @@ class Variable(_BaseVariable):
         del session
         self.assign(value, read_value=False)
 
+    def sparse_read(self, ids: Any) -> np.ndarray:
+        """Rows ``ids`` (sorted, unique) of the value, reading only those rows.
+
+        `tf.gather` and ``tf.nn.embedding_lookup`` read a variable so: under a tape the
+        gradient is then `IndexedSlices` over those rows, as TF's.
+        """
+        ids = np.asarray(ids, np.int64)
+        storage = self.storage
+        if isinstance(storage, RmaStorage):
+            return storage.read_rows(ids)
+        return np.array(storage.read()[ids])
+
     def place(self, storage: Storage) -> None:
         """Give this variable its memory (`hpcdist.compat.v1.placement` calls it)."""
         self._storage = [storage]
@@ -172,10 +188,11 @@ class Variable(_BaseVariable):
 register_tensor_conversion(Variable, Variable.dense_tensor)
 
 
-class Placeholder:
+class Placeholder(Operators):
     """``tf.placeholder``: a value given to each ``session.run`` through ``feed_dict``.
 
-    Inside the functions a session evaluates it behaves as the fed array.
+    Inside the functions a session evaluates it behaves as the fed array (Python's operators
+    included: ``x * 2.0``).
 
     Args:
         dtype: Dtype of the fed value.
@@ -324,11 +341,11 @@ def create_global_step(graph: Any = None) -> Variable:
     """A new int64 scalar ``global_step`` (not trainable), placed by the device scopes.
 
     Raises:
-        ValueError: The graph has one already ("global_step already exists.").
+        ValueError: The graph has one already (TF's '"global_step" already exists.').
     """
     graph = graph or get_default_graph()
     if get_global_step(graph) is not None:
-        raise ValueError("global_step already exists.")
+        raise ValueError('"global_step" already exists.')
     with graph.as_default(), graph.name_scope(None):
         return Variable(
             np.int64(0),
@@ -346,16 +363,24 @@ def get_or_create_global_step(graph: Any = None) -> Variable:
 
 
 def assign(ref: Variable, value: Any, name: str | None = None) -> Operation:
-    """An operation setting ``ref`` to ``value`` (an array or a function returning one)."""
+    """An operation setting ``ref`` to ``value`` (an array or a function returning one).
+
+    Fetching it gives the new value, as TF's ``tf.assign`` tensor does.
+    """
     return Operation(
-        lambda state: ref.assign(state.evaluate(value), read_value=False),
+        lambda state: ref.assign(state.evaluate(value)),
         name or f"{ref.name}/Assign",
+        has_value=True,
     )
 
 
 def assign_add(ref: Variable, value: Any, name: str | None = None) -> Operation:
-    """An operation adding ``value`` (an array or a function returning one) to ``ref``."""
+    """An operation adding ``value`` (an array or a function returning one) to ``ref``.
+
+    Fetching it gives the new value, as TF's ``tf.assign_add`` tensor does.
+    """
     return Operation(
-        lambda state: ref.assign_add(state.evaluate(value), read_value=False),
+        lambda state: ref.assign_add(state.evaluate(value)),
         name or f"{ref.name}/AssignAdd",
+        has_value=True,
     )
