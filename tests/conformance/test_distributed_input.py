@@ -165,7 +165,8 @@ def test_input_context_defaults():
 
 
 @pytest.mark.parametrize(
-    ("pipelines", "pipeline_id", "replicas"), [(2, 2, 2), (2, 3, 2), (2, 3, 4), (2, 5, 4), (0, 0, 1)]
+    ("pipelines", "pipeline_id", "replicas"),
+    [(2, 2, 2), (2, 3, 2), (2, 3, 4), (2, 5, 4), (0, 0, 1)],
 )
 def test_input_context_pipeline_id_out_of_range(pipelines, pipeline_id, replicas):
     """TF accepts an input_pipeline_id >= num_input_pipelines; hpcdist raises (documented)."""

@@ -13,32 +13,16 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-import hpcdist.compat.v1 as hd_v1
-from tests.conformance.helpers import assert_documented, assert_same, attempt, outcome, tf
+from tests.conformance.helpers import assert_documented, assert_same, attempt, outcome
+from tests.conformance.tf1_sides import HD1, TF1, V1
 
 F32 = np.float32
-
-
-@dataclass(frozen=True)
-class V1:
-    """One library's TF1 namespace (``tf.compat.v1`` or ``hpcdist.compat.v1``)."""
-
-    name: str
-    tf: Any
-
-    def tensor(self, build: Callable[[], Any]) -> Any:
-        """A TF1 tensor: built now in TF's graph; hpcdist evaluates the function per run."""
-        return build() if self.name == "tf" else build
-
-
-TF1, HD1 = V1("tf", tf.compat.v1), V1("hpcdist", hd_v1)
 
 
 def conform1(case: Callable[..., Any], tmp_path: Path, *args: Any) -> Any:
