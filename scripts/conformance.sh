@@ -3,7 +3,7 @@
 # Keras 3) and under hpcdist in the same process, and the results are compared. TensorFlow lives
 # in its own environment (.venv-conformance) and never becomes an hpcdist dependency. The venv is
 # reinstalled only when setup.cfg, pyproject.toml or the TensorFlow release change.
-# `CONFORMANCE_LIMIT` bounds the pytest run in seconds (default 600); extra arguments go to pytest.
+# `CONFORMANCE_LIMIT` bounds the pytest run in seconds (default 1200); extra arguments go to pytest.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -29,7 +29,7 @@ echo "== environment ready in $((t_ready - t_start)) s" >&2
 
 export PATH="$venv/bin:$PATH"
 export PYTHONDONTWRITEBYTECODE=1 TF_CPP_MIN_LOG_LEVEL=2
-limit=${CONFORMANCE_LIMIT:-600}
+limit=${CONFORMANCE_LIMIT:-1200}
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 rc=0  # pipefail: the pipeline's status is pytest's (or timeout's), not tee's

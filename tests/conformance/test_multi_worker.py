@@ -12,7 +12,6 @@ replicas (test_variable_aggregation.py).
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 
@@ -28,6 +27,7 @@ from tests.conformance.helpers import (
     family_of,
 )
 from tests.conformance.test_variable_aggregation import NONE_IN_REPLICA_CONTEXT
+from tests.conformance.tf_workers import run_tf_workers
 from tests.conformance.variable_table import ACTIONS, AGGS, SYNCS
 from tests.helpers import clean_env, mpiexec
 
@@ -45,17 +45,6 @@ REPLICA_WRITES = (
     "replica_assign_add_constant",
     "replica_assign_constant",
 )
-
-
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("localhost", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def _load(out_dir) -> list[dict]:
@@ -80,28 +69,7 @@ def _decode(x):
 def outcomes(tmp_path_factory) -> tuple[list[dict], list[dict]]:
     """``(tf, hpcdist)``: each worker's record of every case."""
     tf_dir, hd_dir = tmp_path_factory.mktemp("tf"), tmp_path_factory.mktemp("hpcdist")
-    ports = _free_ports(WORKERS)
-    cluster = {"worker": [f"localhost:{p}" for p in ports]}
-    procs = []
-    for task in range(WORKERS):
-        config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": task}})
-        env = clean_env(TF_CONFIG=config, TF_CPP_MIN_LOG_LEVEL="3")
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, str(SCRIPT), "tf", str(tf_dir)],
-                env=env,
-                cwd=ROOT,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-        )
-    try:
-        logs = [p.communicate(timeout=TIMEOUT)[0] for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    assert all(p.returncode == 0 for p in procs), "\n".join(logs)
+    run_tf_workers(lambda task: [str(SCRIPT), "tf", str(tf_dir)], WORKERS, TIMEOUT)
     env = clean_env(HPCDIST_TIMEOUT_SECONDS="60")
     hd = subprocess.run(
         [mpiexec(), "-n", str(WORKERS), sys.executable, str(SCRIPT), "hpcdist", str(hd_dir)],

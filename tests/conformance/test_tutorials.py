@@ -15,14 +15,13 @@ differentiate a ShardedVariable: docs/porting.md).
 
 from __future__ import annotations
 
-import json
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 from tests.conformance.helpers import ROOT
+from tests.conformance.tf_workers import run_tf_workers
 from tests.helpers import clean_env, mpiexec
 
 TUTORIALS = ROOT / "examples" / "tutorials"
@@ -64,51 +63,18 @@ def tensorflow_copy(name: str, out_dir: Path) -> Path:
     return out_dir / name
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("localhost", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def run_tf(name: str, tmp_path: Path, workers: int = 1, seed: int = SEED) -> str:
     """Run the TensorFlow copy (``workers`` processes with ``TF_CONFIG`` when more than one)."""
     copy_dir = tmp_path / "tf_copy"
     copy_dir.mkdir(exist_ok=True)
     script = tensorflow_copy(name, copy_dir)
-    procs = []
-    ports = _free_ports(workers)
     for task in range(workers):
-        work = tmp_path / f"tf_run{task}"
-        work.mkdir(exist_ok=True)
-        env = clean_env(TF_CPP_MIN_LOG_LEVEL="3", TF_ENABLE_ONEDNN_OPTS="0")
-        if workers > 1:
-            cluster = {"worker": [f"localhost:{p}" for p in ports]}
-            env["TF_CONFIG"] = json.dumps(
-                {"cluster": cluster, "task": {"type": "worker", "index": task}}
-            )
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-c", RUNNER, str(work), "tf", str(seed), str(script)],
-                env=env,
-                cwd=ROOT,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-        )
-    try:
-        outs = [p.communicate(timeout=TIMEOUT)[0] for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    for p, out in zip(procs, outs, strict=True):
-        assert p.returncode == 0, out[-4000:]
-    return outs[0]
+        (tmp_path / f"tf_run{task}").mkdir(exist_ok=True)
+
+    def argv(task: int) -> list[str]:
+        return ["-c", RUNNER, str(tmp_path / f"tf_run{task}"), "tf", str(seed), str(script)]
+
+    return run_tf_workers(argv, workers, TIMEOUT, TF_ENABLE_ONEDNN_OPTS="0")[0]
 
 
 def run_hd(name: str, tmp_path: Path, ranks: int = 1, seed: int = SEED, **env: str) -> str:
