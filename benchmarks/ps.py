@@ -1,8 +1,11 @@
 """Parameter server: one-sided variable traffic against raw RMA, and async training throughput.
 
-Run: ``python benchmarks/ps.py [--out results.json]``. On one process it is the driver: it
-launches two jobs, ``mpiexec -n 4`` (coordinator, 2 ps, 1 worker) and ``mpiexec -n 5`` (2
-workers), with ``HPCDIST_NUM_PS=2``, and combines their JSON. Inside a job (``mpiexec -n N``):
+Run: ``python benchmarks/ps.py [--launch single|ft|both] [--out results.json]``. It is the
+driver: ``single`` launches ``mpiexec -n 4`` (coordinator, 2 ps, 1 worker) and ``mpiexec -n 5``
+(2 workers), with ``HPCDIST_NUM_PS=2``; ``ft`` the fault-tolerant launch ``hpcdist run --ps 2
+--workers 1`` and ``--workers 2``, where only hpcdist's own pull/push and the training run (a
+worker has no window, so no raw RMA baseline); ``both`` (the default) runs all four and adds
+``ft_over_single_training``. Inside a job (``--job``):
 
 - ``dense``: from a worker (inside a scheduled function), ``var.read_value()`` and
   ``var.assign_add(delta)`` of a `PSVariable` against raw mpi4py ``Get``/``Accumulate`` +
@@ -40,6 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _util import emit, median_time  # noqa: E402
 
 import hpcdist as hd  # noqa: E402
+from hpcdist.strategies.ps.runtime import coordinator_runtime  # noqa: E402
 
 DENSE_BYTES = (4 << 10, 64 << 10, 1 << 20, 16 << 20)
 ROWS, WIDTH, IDS, HOT_ROWS = 100_000, 64, 512, 4096
@@ -50,6 +54,36 @@ def _spec(var):
     st = var.storage
     win, target = st.located()
     return win.handle, target, (st.offset, st.size, st.mpi_type)
+
+
+def dense_only(variables):
+    """Worker side, fault-tolerant launch: hpcdist's pull and push of each variable (medians).
+
+    The worker reaches the ps by messages there (no window of its own), so there is no raw
+    RMA to compare with: only hpcdist's own GB/s.
+    """
+    out = []
+    for var in variables:
+        delta = np.full(var.shape, 1e-6, var.dtype)
+        nbytes = var.dtype.itemsize * int(np.prod(var.shape))
+        reps = max(3, min(200, (16 << 20) // nbytes))
+        pull = float(np.median([median_time(var.read_value, reps) for _ in range(ROUNDS)]))
+        push = float(
+            np.median(
+                [
+                    median_time(lambda v=var, d=delta: v.assign_add(d, read_value=False), reps)
+                    for _ in range(ROUNDS)
+                ]
+            )
+        )
+        out.append(
+            {
+                "bytes": nbytes,
+                "pull_GBps": {"hpcdist": nbytes / pull / 1e9},
+                "push_GBps": {"hpcdist": nbytes / push / 1e9},
+            }
+        )
+    return out
 
 
 def dense_micro(variables):
@@ -245,60 +279,76 @@ def job(out: str | None) -> None:
         "ps": strategy.cluster_resolver.cluster_spec().num_tasks("ps"),
         "workers": workers,
     }
-    result["dense"] = coordinator.schedule(dense_micro, args=(dense,)).fetch()
-    result["sparse"] = coordinator.schedule(sparse_micro, args=(table, 1)).fetch()
+    if coordinator_runtime().fault_tolerant:  # a worker has no window: no raw RMA baseline
+        result["launch"] = "ft"
+        result["dense"] = coordinator.schedule(dense_only, args=(dense,)).fetch()
+    else:
+        result["launch"] = "single"
+        result["dense"] = coordinator.schedule(dense_micro, args=(dense,)).fetch()
+        result["sparse"] = coordinator.schedule(sparse_micro, args=(table, 1)).fetch()
     result["training"] = training(strategy, workers)
     emit(result, out)
 
 
-def driver(out: str | None) -> None:
+def driver(out: str | None, launch: str) -> None:
     mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     if not os.path.exists(mpiexec):
         mpiexec = "mpiexec"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HPCDIST_"))}
-    env["HPCDIST_NUM_PS"] = "2"
-    runs = {}
+    me = [sys.executable, os.path.abspath(__file__), "--job"]
+    commands = {}
+    if launch in ("single", "both"):
+        for name, ranks in (("one_worker", 4), ("two_workers", 5)):
+            commands[name] = ([mpiexec, "-n", str(ranks), *me], dict(env, HPCDIST_NUM_PS="2"))
+    if launch in ("ft", "both"):  # hpcdist run --ps 2 --workers W: one MPI job per worker
+        ft = [sys.executable, "-m", "hpcdist", "run", "--ps", "2", "--workers"]
+        for name, workers in (("ft_one_worker", 1), ("ft_two_workers", 2)):
+            commands[name] = ([*ft, str(workers), *me], env)
+    result: dict = {"benchmark": "ps", "machine_cpus": os.cpu_count()}
     with tempfile.TemporaryDirectory() as tmp:
-        for ranks in (4, 5):
-            path = os.path.join(tmp, f"{ranks}.json")
+        for name, (cmd, cmd_env) in commands.items():
+            path = os.path.join(tmp, f"{name}.json")
             t0 = time.perf_counter()
             subprocess.run(
-                [
-                    mpiexec,
-                    "-n",
-                    str(ranks),
-                    sys.executable,
-                    os.path.abspath(__file__),
-                    "--out",
-                    path,
-                ],
+                [*cmd, "--out", path],
                 check=True,
-                env=env,
+                env=cmd_env,
                 timeout=900,
                 stdout=subprocess.DEVNULL,
             )
             with open(path) as f:
-                runs[ranks] = json.load(f)
-            runs[ranks]["wall_s"] = time.perf_counter() - t0
-    one, two = runs[4]["training"], runs[5]["training"]
-    result = {
-        "benchmark": "ps",
-        "machine_cpus": os.cpu_count(),
-        "one_worker": runs[4],
-        "two_workers": runs[5],
-        "training_speedup_2_over_1": two["samples_per_s"] / one["samples_per_s"],
-    }
+                result[name] = json.load(f)
+            result[name]["wall_s"] = time.perf_counter() - t0
+    for prefix in ("", "ft_"):
+        if f"{prefix}two_workers" in result:
+            one = result[f"{prefix}one_worker"]["training"]["samples_per_s"]
+            two = result[f"{prefix}two_workers"]["training"]["samples_per_s"]
+            result[f"{prefix}training_speedup_2_over_1"] = two / one
+    if launch == "both":
+        result["ft_over_single_training"] = {
+            n: result[f"ft_{n}"]["training"]["samples_per_s"]
+            / result[n]["training"]["samples_per_s"]
+            for n in ("one_worker", "two_workers")
+        }
     emit(result, out)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=None, help="also write the JSON here")
+    parser.add_argument("--job", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--launch",
+        choices=("single", "ft", "both"),
+        default="both",
+        help="single MPI jobs (mpiexec -n 4 and 5), the fault-tolerant launch (hpcdist run "
+        "--ps 2 --workers 1 and 2), or both side by side (default)",
+    )
     args = parser.parse_args()
-    if MPI.COMM_WORLD.Get_size() == 1:
-        driver(args.out)
-    else:
+    if args.job:
         job(args.out)
+    else:
+        driver(args.out, args.launch)
 
 
 if __name__ == "__main__":

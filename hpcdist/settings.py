@@ -150,6 +150,7 @@ _RULES: dict[str, Callable[[Any], Any]] = {
     "overlap_gradients": _bool,
     "overlap_bucket_bytes": _int_rule(0),
     "ps_launch": _path,
+    "count_messages": _bool,
 }
 
 
@@ -217,6 +218,9 @@ class Settings:
         ps_launch: The launch file that ``hpcdist run --ps P --workers W`` hands each of its
             jobs (role, worker index, the job's secret; `hpcdist.cluster.launched`); None
             outside that launch. Env: ``HPCDIST_PS_LAUNCH``.
+        count_messages: Count the MPI operations this process starts (calls and bytes per
+            kind, `hpcdist.comm.counters`); read once, when hpcdist's comm package is imported.
+            Env: ``HPCDIST_COUNT_MESSAGES``.
 
     Raises:
         ValueError: A value breaks its field's rule; the message names the field, what is
@@ -244,6 +248,7 @@ class Settings:
     overlap_gradients: bool = False
     overlap_bucket_bytes: int = 4 << 20
     ps_launch: str | None = None
+    count_messages: bool = False
 
     def __post_init__(self) -> None:
         for name, rule in _RULES.items():

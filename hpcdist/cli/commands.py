@@ -40,15 +40,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.timeline:
         os.environ["HPCDIST_TIMELINE"] = os.path.abspath(args.timeline)
     if args.workers is not None or args.ps is not None:
-        if args.workers is None or args.ps is None or args.n is not None or args.max_restarts:
+        mixed = args.n is not None or args.min_ranks is not None
+        if args.workers is None or args.ps is None or mixed:
             print(
                 "hpcdist run: the fault-tolerant parameter-server launch takes --ps P and "
-                "--workers W together, without -n or --max-restarts",
+                "--workers W together, without -n or --min-ranks",
                 file=sys.stderr,
             )
             return 2
         return run_fault_tolerant(
-            argv, args.ps, args.workers, args.worker_restarts, kill_after=args.kill_after
+            argv,
+            args.ps,
+            args.workers,
+            args.worker_restarts,
+            kill_after=args.kill_after,
+            max_restarts=args.max_restarts,
         )
     if args.n is None:
         print("hpcdist run: expected -n N (or --ps P --workers W)", file=sys.stderr)

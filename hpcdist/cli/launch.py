@@ -37,6 +37,7 @@ __all__ = [
     "JobSignals",
     "JobTree",
     "launcher_command",
+    "process_running",
     "run_job",
 ]
 
@@ -290,6 +291,11 @@ def _read_stat(pid: int) -> tuple[str, int, str] | None:
         return None
     fields = text[text.rfind(")") + 2 :].split()  # the command name may hold spaces
     return fields[0], int(fields[1]), fields[19]
+
+
+def process_running(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not ended (a zombie has ended)."""
+    return _start_time(pid) is not None
 
 
 def _start_time(pid: int) -> str | None:

@@ -16,7 +16,13 @@ A worker job that fails (ends with a code other than 0) while the server job run
 again with the same index, up to ``--worker-restarts`` times each (``HPCDIST_RESTART_COUNT``
 tells it which start it is); with none left, training goes on with the others. The launch
 ends when the server job ends: the workers it stopped exit by themselves, those still running
-after `WORKER_GRACE_S` are killed, and the exit code is the server job's. A SIGTERM, SIGINT
+after `WORKER_GRACE_S` are killed (at once when the server job failed), and the exit code is
+the server job's. The server job runs with ``-disable-auto-cleanup`` (under ``mpiexec``): a
+dead ps then does not take the coordinator down with it, and the coordinator reports which ps
+died (`hpcdist.strategies.ps.membership`). A worker the coordinator finds hung past its
+deadline (``HPCDIST_TIMEOUT_SECONDS``) is named in a request file ``kill-worker-<index>`` of
+the launch directory: its job is killed, and restarted as any failed worker.
+``--max-restarts K`` starts a failed launch again as a whole, up to K times. A SIGTERM, SIGINT
 or SIGHUP is forwarded to every job; after ``--kill-after`` seconds (or a second signal)
 every process of every job is killed. Nothing here starts MPI.
 """
@@ -34,7 +40,13 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from hpcdist.cli.launch import DEFAULT_KILL_AFTER_S, JobSignals, JobTree, launcher_command
+from hpcdist.cli.launch import (
+    DEFAULT_KILL_AFTER_S,
+    JobSignals,
+    JobTree,
+    launcher_command,
+    process_running,
+)
 from hpcdist.cluster.launched import PSLaunch, write_launch
 
 __all__ = ["WORKER_GRACE_S", "run_fault_tolerant"]
@@ -80,10 +92,58 @@ class _Launch:
         env["HPCDIST_RESTART_COUNT"] = str(restart)
         nprocs = 1 + self.num_ps if role == "server" else 1
         command = launcher_command(nprocs, self.argv, environ={})  # mpiexec, one job each
+        if role == "server" and Path(command[0]).name == "mpiexec":
+            # A dead ps must not take the coordinator down before it can say which ps died:
+            # hydra then only signals SIGUSR1 to the others (the server ranks ignore it).
+            command.insert(1, "-disable-auto-cleanup")
         return JobTree(subprocess.Popen(command, env=env, start_new_session=True))
 
     def remove(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class _ServerRanks:
+    """Which rank of the server job died first, from the pid each rank writes at its start.
+
+    Inside one MPICH job a dead rank may take the others down within milliseconds (hydra
+    kills them), before the coordinator can say which ps died: the launcher then says it.
+    """
+
+    def __init__(self, launch: _Launch) -> None:
+        self.launch = launch
+        self.pids: dict[int, int] = {}  # rank -> pid
+        self.first_dead: list[int] | None = None  # the ranks found dead at the first look
+
+    def check(self) -> None:
+        """Read new pid files; record the ranks found dead the first time any is."""
+        if self.first_dead is not None:
+            return
+        for rank in range(1 + self.launch.num_ps):
+            if rank not in self.pids:
+                try:
+                    self.pids[rank] = int((self.launch.dir / f"rank-{rank}.pid").read_text())
+                except (OSError, ValueError):
+                    continue
+        dead = [rank for rank, pid in self.pids.items() if not process_running(pid)]
+        if dead:
+            self.first_dead = dead
+
+    def report(self, code: int) -> None:
+        """Say which rank of the server job died, if one died before the job ended."""
+        try:  # the coordinator saw a ps's socket end: it knows which died first
+            who = (self.launch.dir / "failure").read_text().strip()
+        except OSError:
+            if not self.first_dead:
+                return
+            died = [r for r in self.first_dead if r != 0] or self.first_dead
+            who = ", ".join(
+                "the coordinator (rank 0)" if r == 0 else f"ps {r - 1} (rank {r})" for r in died
+            )
+        _say(
+            f"{who} of the server job died; the server job ended with exit code {code}. "
+            "A parameter-server job cannot go on without its ps (as in TensorFlow): restart "
+            "it from its last checkpoint (hpcdist run --max-restarts K does)"
+        )
 
 
 def run_fault_tolerant(
@@ -93,37 +153,67 @@ def run_fault_tolerant(
     worker_restarts: int = 0,
     kill_after: float = DEFAULT_KILL_AFTER_S,
     environ: Mapping[str, str] | None = None,
+    max_restarts: int = 0,
 ) -> int:
     """Run ``argv`` as a server job and ``num_workers`` worker jobs (see the module).
+
+    With ``max_restarts`` K, a launch whose server job failed (a ps or the coordinator died,
+    or the program raised) is started again as a whole, with fresh secret and files, up to K
+    times (``HPCDIST_RESTART_COUNT`` of the server job counts the attempts before): a script
+    that restores its last checkpoint resumes there, as TF's guidance for a ps failure.
 
     Returns:
         The server job's exit code; 128 + the signal's number when a stop signal ended it.
 
     Raises:
-        ValueError: ``num_ps`` or ``num_workers`` below 1, or ``worker_restarts`` below 0.
+        ValueError: ``num_ps`` or ``num_workers`` below 1, or ``worker_restarts`` or
+            ``max_restarts`` below 0.
     """
-    if num_ps < 1 or num_workers < 1 or worker_restarts < 0:
+    if num_ps < 1 or num_workers < 1 or worker_restarts < 0 or max_restarts < 0:
         raise ValueError(
-            f"hpcdist run: expected --ps >= 1, --workers >= 1 and --worker-restarts >= 0, got "
-            f"--ps {num_ps} --workers {num_workers} --worker-restarts {worker_restarts}"
+            f"hpcdist run: expected --ps >= 1, --workers >= 1, --worker-restarts >= 0 and "
+            f"--max-restarts >= 0, got --ps {num_ps} --workers {num_workers} "
+            f"--worker-restarts {worker_restarts} --max-restarts {max_restarts}"
         )
-    launch = _Launch(argv, num_ps, num_workers, os.environ if environ is None else environ)
+    base = os.environ if environ is None else environ
+    code = 0
     with JobSignals() as signals:
-        try:
-            return _supervise(launch, signals, worker_restarts, kill_after)
-        finally:
-            launch.remove()
+        for attempt in range(max_restarts + 1):
+            launch = _Launch(argv, num_ps, num_workers, base)
+            try:
+                code = _supervise(launch, signals, worker_restarts, kill_after, attempt)
+            finally:
+                launch.remove()
+            if code == 0 or signals.received is not None:
+                return code
+            if attempt < max_restarts:
+                _say(
+                    f"the server job (coordinator + ps) failed with exit code {code}; "
+                    f"restarting the whole launch ({attempt + 1} of {max_restarts})"
+                )
+            elif max_restarts:
+                _say(f"the server job failed with exit code {code}; no restart left")
+    return code
 
 
-def _supervise(launch: _Launch, signals: JobSignals, restarts: int, kill_after: float) -> int:
-    server = launch.start("server")
+def _supervise(
+    launch: _Launch, signals: JobSignals, restarts: int, kill_after: float, attempt: int = 0
+) -> int:
+    server = launch.start("server", restart=attempt)
+    ranks = _ServerRanks(launch)
     signals.attach(server.job)  # a stop signal reaches the server job at once
     workers = {i: launch.start("worker", i) for i in range(launch.num_workers)}
     started = dict.fromkeys(workers, 0)
     try:
         while signals.received is None and server.job.poll() is None:
+            ranks.check()
             for i, job in list(workers.items()):
                 job.track()
+                request = launch.dir / f"kill-worker-{i}"
+                if request.exists():  # the coordinator found it hung past its deadline
+                    request.unlink(missing_ok=True)
+                    _say(f"worker {i} is hung past its deadline; killing it (SIGKILL)")
+                    job.kill()
                 code = job.job.poll()
                 if code is None:
                     continue
@@ -142,7 +232,12 @@ def _supervise(launch: _Launch, signals: JobSignals, restarts: int, kill_after: 
             time.sleep(_POLL_S)
         if signals.received is not None:
             return _stop_all(server, workers, signals, kill_after)
-        deadline = time.monotonic() + WORKER_GRACE_S
+        if server.job.returncode != 0:
+            ranks.check()
+            ranks.report(server.job.returncode)
+        # A failed server job (a ps died, the program raised) leaves nothing to finish.
+        grace = WORKER_GRACE_S if server.job.returncode == 0 else 0.0
+        deadline = time.monotonic() + grace
         while any(job.job.poll() is None for job in workers.values()):
             if time.monotonic() > deadline or signals.received is not None:
                 break

@@ -13,6 +13,9 @@ cannot pick the same number: the constants below are the whole list (`tags` retu
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +23,7 @@ from typing import Any
 from mpi4py import MPI
 
 from hpcdist.comm import creation
+from hpcdist.comm.counters import COUNTING, add_pickled
 from hpcdist.errors import DeadlineExceededError
 from hpcdist.settings import get_settings
 from hpcdist.utils.waiting import Waiter
@@ -37,6 +41,7 @@ __all__ = [
     "Posted",
     "close_port",
     "open_port",
+    "release_accept",
     "reserve_tag",
     "tags",
     "threads_supported",
@@ -103,6 +108,43 @@ def open_port() -> str:
 def close_port(port: str) -> None:
     """Close a port of `open_port`."""
     MPI.Close_port(port)
+
+
+#: The program of `release_accept`'s process: connect to the port read from stdin, then exit.
+_RELEASE_PROGRAM = (
+    "import sys\n"
+    "from mpi4py import MPI\n"
+    "MPI.COMM_WORLD.Connect(sys.stdin.readline().strip(), root=0)\n"
+)
+
+
+def release_accept(port: str) -> subprocess.Popen:
+    """Make a pending ``Accept`` on ``port`` return: a new process connects to it.
+
+    ``MPI_Comm_accept`` has no timeout: when the peer it waits for dies before its
+    ``Connect``, it would wait for ever. This starts a one-process MPI job of its own (an
+    MPICH singleton, without the caller's launcher variables) that connects and exits; the
+    accepting side gets a channel to it, which it must abandon (`Channel.abandon`). The port
+    name travels on the child's stdin, never on a command line. Kill the returned process
+    if the ``Accept`` returned for another peer.
+    """
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "HYDI_", "MPIR_", "MPI_LOCALNRANKS"))
+    }
+    child = subprocess.Popen(
+        [sys.executable, "-c", _RELEASE_PROGRAM],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
+    )
+    assert child.stdin is not None
+    child.stdin.write(f"{port}\n".encode())
+    child.stdin.close()
+    return child
 
 
 class Posted:
@@ -209,6 +251,8 @@ class Channel:
         Raises:
             DeadlineExceededError: ``dest`` did not take the message within ``timeout``.
         """
+        if COUNTING:
+            add_pickled("p2p.send", obj)
         if timeout is None:
             self._comm.send(obj, dest=dest, tag=tag)
             return
@@ -218,6 +262,8 @@ class Channel:
 
     def post(self, obj: Any, dest: int, tag: int) -> Posted:
         """Send ``obj`` (pickled) to ``dest`` without waiting for it to leave (``isend``)."""
+        if COUNTING:
+            add_pickled("p2p.send", obj)
         return Posted(self._comm.isend(obj, dest=dest, tag=tag))
 
     def probe(self, source: int = ANY_SOURCE, tag: int = MPI.ANY_TAG) -> int | None:

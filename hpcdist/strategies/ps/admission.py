@@ -22,6 +22,10 @@ The handshake is fixed-size binary, nothing on it is ever unpickled:
 
 `AdmissionServer.events` hands the coordinator ``("join", index)`` and ``("dead", index)``; a
 thread of its own watches the sockets (it makes no MPI call).
+
+The ps ranks of the server job take the same path (`watch_coordinator`, with the indices after
+the workers': ps ``j`` is ``num_workers + j``), without the MPI part: their socket exists only
+so that its end of file tells the coordinator, within milliseconds, that a ps process is gone.
 """
 
 from __future__ import annotations
@@ -35,13 +39,14 @@ import secrets
 import selectors
 import socket
 import struct
+import sys
 import threading
 import time
 from pathlib import Path
 
 from hpcdist.errors import UnavailableError
 
-__all__ = ["MAGIC", "AdmissionServer", "Admitted", "request_admission"]
+__all__ = ["MAGIC", "AdmissionServer", "Admitted", "request_admission", "watch_coordinator"]
 
 #: The first bytes the server sends: protocol and version.
 MAGIC = b"HPCDPS1\n"
@@ -52,6 +57,8 @@ _HELLO = 4 + _NONCE + _MAC  # what a peer sends: index, its nonce, its MAC
 HANDSHAKE_SECONDS = 5.0
 #: Handshakes that may run at once; more connections are closed at once.
 MAX_HANDSHAKES = 16
+#: The sockets of `watch_coordinator`, open until the process ends.
+_HELD: list[socket.socket] = []
 
 
 def _mac(secret: bytes, *parts: bytes) -> bytes:
@@ -120,10 +127,14 @@ class AdmissionServer:
         bind: The address to bind to (an address of the job's hosts).
         num_workers: Worker indices run from 0 to this, excluded.
         address_file: Where ``host port`` is written (atomically, 0600) for the workers.
+        num_ps: ps ranks that watch the coordinator: indices ``num_workers`` to
+            ``num_workers + num_ps``, excluded.
     """
 
-    def __init__(self, secret: bytes, bind: str, num_workers: int, address_file: str) -> None:
-        self.secret, self.num_workers = secret, num_workers
+    def __init__(
+        self, secret: bytes, bind: str, num_workers: int, address_file: str, num_ps: int = 0
+    ) -> None:
+        self.secret, self.num_workers, self.num_ps = secret, num_workers, num_ps
         self._listener = socket.create_server((bind, 0))
         host, port = self._listener.getsockname()[:2]
         self.address = (host, port)
@@ -247,7 +258,7 @@ class AdmissionServer:
                 return
             index = struct.unpack(">I", index_bytes)[0]
             with self._lock:
-                if index >= self.num_workers or index in self._claimed:
+                if index >= self.num_workers + self.num_ps or index in self._claimed:
                     return
                 self._claimed.add(index)
             sock.settimeout(None)
@@ -311,3 +322,26 @@ def request_admission(
             "(another worker with this index may be running)"
         ) from None
     return sock, name
+
+
+def watch_coordinator(
+    address_file: str, secret: bytes, num_workers: int, ps_index: int
+) -> threading.Thread:
+    """A ps rank's side: hold a socket to the coordinator whose end tells it this ps died.
+
+    Runs in a daemon thread (it makes no MPI call) that proves the secret as index
+    ``num_workers + ps_index``, waits for the coordinator's answer, and then keeps the socket
+    open until the process ends. A failed admission is logged and leaves the ps unwatched.
+    """
+
+    def hold() -> None:
+        try:
+            sock, _ = request_admission(address_file, secret, num_workers + ps_index)
+        except UnavailableError as exc:
+            sys.stderr.write(f"hpcdist: ps {ps_index} is not watched by the coordinator: {exc}\n")
+            return
+        _HELD.append(sock)  # open for the process's life
+
+    thread = threading.Thread(target=hold, name=f"hpcdist-ps-{ps_index}-watch", daemon=True)
+    thread.start()
+    return thread

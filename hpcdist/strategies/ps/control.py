@@ -45,6 +45,8 @@ class CoordinatorRuntime(Runtime):
         self.send_lock = threading.Lock()
         self.cluster_coordinator: Any = None  # its ClusterCoordinator, once made
         self.lost: dict[int, str] = {}  # stuck worker rank -> its function's name
+        #: An error that ends the job (a ps died): raised by every later schedule/join/done.
+        self.fatal: BaseException | None = None
         self._uids = itertools.count()
         self._next_ps = 0
         self._shutdown_hooks: list[Callable[[], None]] = []
@@ -70,6 +72,15 @@ class CoordinatorRuntime(Runtime):
     def poll_result(self) -> tuple[int, bytes] | None:
         """``(worker rank, pickled reply)`` that arrived, or None (one thread at a time)."""
         return self.channel.poll(ANY_SOURCE, TAG_RESULT)
+
+    def hung(self, worker: int) -> bool:
+        """``worker`` is past its deadline: whether it is ended and replaced (not in one job).
+
+        In a single MPI job a stuck rank cannot be replaced: its function fails with the
+        deadline's error and the worker is not used again (`hpcdist.strategies.ps.liveness`).
+        """
+        del worker
+        return False
 
     def present_workers(self) -> list[int]:
         """The worker ranks connected now: all of them in a single MPI job."""

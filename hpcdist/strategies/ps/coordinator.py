@@ -38,9 +38,9 @@ from typing import Any
 from hpcdist import timeline
 from hpcdist.errors import CancelledError, WorkerPreemptedError
 from hpcdist.settings import get_settings
-from hpcdist.strategies.ps.functions import FunctionCache, WorkerFunctions, note_cost, take_batch
+from hpcdist.strategies.ps.functions import FunctionCache, WorkerFunctions, finished, take_batch
 from hpcdist.strategies.ps.liveness import Liveness, Running
-from hpcdist.strategies.ps.rejoin import Rejoins, take_back
+from hpcdist.strategies.ps.rejoin import Rejoins, fail_all, requeue, take_back
 from hpcdist.strategies.ps.remote_values import (
     Closure,
     PerWorkerDataset,
@@ -281,7 +281,7 @@ class ClusterCoordinator:
             return
         self._wait_for(lambda: not self._inflight)  # functions already sent finish
         with self._lock:
-            error, self._error = self._error, None
+            error, self._error = self._error, self._rt.fatal  # a dead ps: raised every time
             if error is not None:
                 self._cancel_queued()
         self._notify()
@@ -341,7 +341,10 @@ class ClusterCoordinator:
         """Take in joined and dead workers (with the lock; `hpcdist.strategies.ps.rejoin`)."""
         changes = self._rt.membership_changes()
         for kind, w in changes:
-            if kind == "dead":
+            if kind == "ps_dead":  # the job cannot go on: every later call raises it
+                self._error, self._targeted_count = self._rt.fatal, 0
+                fail_all(self._rt.fatal, self._inflight, self._targeted, self._queue)
+            elif kind == "dead":
                 self._rejoins.absent.add(w)
                 closures = getattr(self._inflight.pop(w, None), "closures", ())
                 self._targeted_count -= take_back(closures, self._targeted[w], self._queue)
@@ -403,12 +406,7 @@ class ClusterCoordinator:
         closures, again = batch.closures, []
         for kind, payload, remote_tb, seconds in results:
             closure = closures.popleft()
-            note_cost(closure.function, seconds)
-            if timeline.active():
-                end, name = timeline.now(), closure.function.name
-                args = {"worker_rank": worker, "outcome": kind}
-                timeline.record("ps", f"queued {name}", closure.t0, closure.sent, args)
-                timeline.record("ps", f"remote {name}", closure.sent, end, args)
+            finished(closure, worker, kind, seconds)
             if kind == "ok":
                 closure.remote_value.set_value(payload)
             elif isinstance(payload, WorkerPreemptedError):
@@ -419,21 +417,21 @@ class ClusterCoordinator:
                     payload.add_note(f"raised on {self._liveness.who(worker)}:\n{remote_tb}")
                 self._fail(closure, payload)
         again += reversed([closures.pop() for _ in range(given_back)])  # not run: queued again
-        for closure in reversed(again):
-            if closure.worker is None:
-                self._queue.appendleft(closure)
-            else:
-                self._targeted[worker].appendleft(closure)
-                self._targeted_count += 1
+        self._targeted_count += requeue(again, self._queue, self._targeted[worker])
         if closures:
             batch.started()
         else:
             del self._inflight[worker]
 
     def _check_running(self) -> bool:
-        """Warn about stalled functions; fail those past the deadline, drop their workers."""
+        """Warn about stalled functions; fail those past the deadline, drop their workers.
+
+        (Under ``hpcdist run --workers``, `rt.hung`: killed, replaced, functions requeued.)
+        """
         overdue = self._liveness.overdue(self._inflight)
         for worker, error in overdue:
+            if self._rt.hung(worker):  # killed and restarted: its functions go back on death
+                continue
             self._rt.lost[worker] = self._liveness.lost[worker]
             closures = self._inflight.pop(worker).closures
             self._liveness.unanswered[worker] = len(closures)

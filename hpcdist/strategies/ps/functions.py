@@ -34,6 +34,8 @@ from typing import Any
 
 import cloudpickle
 
+from hpcdist import timeline
+
 __all__ = [
     "BATCH_SECONDS",
     "MAX_BATCH",
@@ -44,6 +46,7 @@ __all__ = [
     "FunctionEntry",
     "WorkerFunctions",
     "describe",
+    "finished",
     "note_cost",
     "take_batch",
 ]
@@ -252,3 +255,17 @@ def note_cost(function: Any, seconds: float) -> None:
     """Fold one run's ``seconds`` into ``function.cost`` (a moving average)."""
     cost = function.cost
     function.cost = seconds if cost is None else cost + 0.25 * (seconds - cost)
+
+
+def finished(closure: Any, worker: int, outcome: str, seconds: float) -> None:
+    """A closure ran ``seconds`` on ``worker``: note its cost and its spans.
+
+    The cost goes to `note_cost`; its time queued and its time on the worker go on the
+    timeline when one is recorded.
+    """
+    note_cost(closure.function, seconds)
+    if timeline.active():
+        end, name = timeline.now(), closure.function.name
+        args = {"worker_rank": worker, "outcome": outcome}
+        timeline.record("ps", f"queued {name}", closure.t0, closure.sent, args)
+        timeline.record("ps", f"remote {name}", closure.sent, end, args)

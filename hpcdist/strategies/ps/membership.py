@@ -25,11 +25,24 @@ with a `hpcdist.strategies.ps.remote_store.RemoteStore` for the variables.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
+import threading
 import time
+from pathlib import Path
 from typing import Any
 
+from hpcdist.abort import ABORT_EXIT_CODE, abort_job
 from hpcdist.cluster.launched import PSLaunch
-from hpcdist.comm.p2p import Channel, Posted, close_port, open_port, threads_supported
+from hpcdist.comm.p2p import (
+    Channel,
+    Posted,
+    close_port,
+    open_port,
+    release_accept,
+    threads_supported,
+)
 from hpcdist.errors import UnavailableError
 from hpcdist.logger import get_logger
 from hpcdist.strategies.ps.admission import AdmissionServer, Admitted
@@ -41,6 +54,9 @@ from hpcdist.strategies.ps.serving import ServingRuntime
 from hpcdist.utils.waiting import Waiter
 
 __all__ = [
+    "GUARD_SECONDS",
+    "PS_FAILURE_ABORT_SECONDS",
+    "PS_FAILURE_EXIT_CODE",
     "SERVE_YIELD_SECONDS",
     "FaultTolerantCoordinatorRuntime",
     "FaultTolerantServingRuntime",
@@ -52,6 +68,13 @@ __all__ = [
 #: After answering a worker, a ps rank polls, yielding the processor, this long before it
 #: sleeps between polls.
 SERVE_YIELD_SECONDS = 0.005
+#: Seconds after a ps died within which the coordinator's program must end by itself; then
+#: the server job is aborted.
+PS_FAILURE_ABORT_SECONDS = 30.0
+#: How often a worker's socket is looked at while the server job accepts it.
+GUARD_SECONDS = 0.005
+#: The server job's exit code when a ps died (``MPI_Abort``'s code, as an uncaught error's).
+PS_FAILURE_EXIT_CODE = ABORT_EXIT_CODE
 
 
 def launch_roles(launch: PSLaunch) -> Roles:
@@ -98,8 +121,10 @@ class FaultTolerantCoordinatorRuntime(CoordinatorRuntime):
         self.secret = bytes.fromhex(launch.secret)
         self.port = open_port()
         self.admission = AdmissionServer(
-            self.secret, launch.bind, launch.num_workers, launch.address_file
+            self.secret, launch.bind, launch.num_workers, launch.address_file, launch.num_ps
         )
+        self._kill_requests: set[Path] = set()  # hung workers the launcher is asked to kill
+        self.watched_ps: set[int] = set()  # ps ranks whose socket the admission thread watches
         self.workers: dict[int, Channel] = {}  # present worker rank -> its channel
         self._posted: dict[int, list[Posted]] = {}  # worker rank -> undelivered messages
         self.joins = self.deaths = 0
@@ -137,7 +162,9 @@ class FaultTolerantCoordinatorRuntime(CoordinatorRuntime):
                 self._post(worker, None, TAG_CANCEL)
 
     def poll_result(self) -> tuple[int, bytes] | None:
-        """``(worker rank, pickled reply)`` from any present worker, or None."""
+        """``(worker rank, pickled reply)`` from any present worker, or None (after a ps died)."""
+        if self.fatal is not None:
+            return None
         for rank, channel in self.workers.items():
             got = channel.poll(0, TAG_RESULT)
             if got is not None:
@@ -160,8 +187,13 @@ class FaultTolerantCoordinatorRuntime(CoordinatorRuntime):
 
         Returns ``("joined", rank)`` and ``("dead", rank)``; called by the dispatch loop.
         """
-        changes = []
+        changes: list[tuple[str, int]] = []
         for kind, index, admitted in self.admission.events():
+            if self.fatal is not None:
+                break  # the job is over: nothing joins any more
+            if index >= self.launch.num_workers:
+                changes += self._ps_event(kind, index - self.launch.num_workers, admitted)
+                continue
             rank = worker_rank(self.launch, index)
             if kind == "join":
                 assert admitted is not None
@@ -182,7 +214,11 @@ class FaultTolerantCoordinatorRuntime(CoordinatorRuntime):
             UnavailableError: Some workers did not join in time (names them).
         """
         deadline = time.monotonic() + timeout
-        while len(self.workers) < self.launch.num_workers:
+        while len(self.workers) < self.launch.num_workers or len(self.watched_ps) < len(
+            self.roles.ps
+        ):
+            if self.fatal is not None:
+                raise self.fatal
             left = deadline - time.monotonic()
             event = self.admission.wait_event(max(left, 0.0)) if left > 0 else None
             if event is None:
@@ -191,17 +227,37 @@ class FaultTolerantCoordinatorRuntime(CoordinatorRuntime):
                     for i in range(self.launch.num_workers)
                     if worker_rank(self.launch, i) not in self.workers
                 ]
+                unwatched = [r - 1 for r in self.roles.ps if r not in self.watched_ps]
                 raise UnavailableError(
-                    f"the coordinator expected {self.launch.num_workers} worker(s) to join "
-                    f"within {timeout:g} s, got {len(self.workers)}; missing worker(s) "
-                    f"{missing}"
+                    f"the coordinator expected {self.launch.num_workers} worker(s) and "
+                    f"{len(self.roles.ps)} ps to join within {timeout:g} s, got "
+                    f"{len(self.workers)} and {len(self.watched_ps)}; missing worker(s) "
+                    f"{missing}, ps {unwatched}"
                 )
             kind, index, admitted = event
-            if kind == "join":
+            if index >= self.launch.num_workers:
+                self._ps_event(kind, index - self.launch.num_workers, admitted)
+            elif kind == "join":
                 assert admitted is not None
                 self._accept(admitted)
             else:
                 self._drop(worker_rank(self.launch, index))
+
+    def _ps_event(self, kind: str, ps: int, admitted: Admitted | None) -> list[tuple[str, int]]:
+        """The ps of index ``ps`` asks to be watched (``join``) or its process ended (``dead``).
+
+        A dead ps ends the job (as in TF): `fatal` is set, and `ps_failure` does the rest.
+        """
+        rank = self.roles.ps[ps]
+        if kind == "join":
+            assert admitted is not None
+            if admitted.go(self.secret, ""):
+                self.admission.watch(admitted)
+                self.watched_ps.add(rank)
+            return []
+        self.watched_ps.discard(rank)
+        self.ps_failure(ps, rank)
+        return [("ps_dead", rank)]
 
     def _accept(self, admitted: Admitted) -> bool:
         index, rank = admitted.index, worker_rank(self.launch, admitted.index)
@@ -218,7 +274,23 @@ class FaultTolerantCoordinatorRuntime(CoordinatorRuntime):
         with self.send_lock:
             for ps in self.roles.ps:
                 self.channel.send(("admit", index), ps, TAG_COMMAND)
-        self.workers[rank] = Channel.accept(self.port, self.channel, root=0)
+        guard = _AcceptGuard(admitted, self.port)
+        channel = Channel.accept(self.port, self.channel, root=0)
+        if guard.stop():  # it died after its "C": the channel is the releaser's (or a corpse's)
+            channel.abandon()
+            with self.send_lock:
+                for ps in self.roles.ps:
+                    self.channel.send(("forget", index), ps, TAG_COMMAND)
+            admitted.sock.close()
+            self.admission.release(index)
+            get_logger().warning(
+                "worker %d (rank %d) died between its admission and its MPI Connect; the "
+                "server job's Accept was released",
+                index,
+                rank,
+            )
+            return False
+        self.workers[rank] = channel
         self.admission.watch(admitted)
         self.joins += 1
         get_logger().info(
@@ -230,6 +302,7 @@ class FaultTolerantCoordinatorRuntime(CoordinatorRuntime):
         index = rank - 1 - self.launch.num_ps
         channel = self.workers.pop(rank, None)
         self._posted.pop(rank, None)
+        self._kill_requests.discard(Path(self.launch.address_file).parent / f"kill-worker-{index}")
         if channel is None:
             return
         channel.abandon()
@@ -238,6 +311,74 @@ class FaultTolerantCoordinatorRuntime(CoordinatorRuntime):
                 self.channel.send(("forget", index), ps, TAG_COMMAND)
         self.deaths += 1
         get_logger().warning("worker %d (rank %d) died; its functions run again", index, rank)
+
+    def hung(self, worker: int) -> bool:
+        """``worker`` is past its deadline (stopped, hung): ask the launcher to kill its job.
+
+        The launcher (`hpcdist.cli.ps_launch`) SIGKILLs that worker job when it finds the
+        request file ``kill-worker-<index>`` in the launch directory, and restarts it within
+        ``--worker-restarts``; its socket's end then counts as the worker's death, which puts
+        its functions back on the queue (at-least-once). Without the launcher's directory (a
+        test harness), the worker is treated as in one job.
+        """
+        if worker not in self.workers:
+            return False
+        index = worker - 1 - self.launch.num_ps
+        request = Path(self.launch.address_file).parent / f"kill-worker-{index}"
+        if request in self._kill_requests:
+            return True
+        try:
+            fd = os.open(request, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        except OSError:
+            return False
+        os.close(fd)
+        self._kill_requests.add(request)
+        get_logger().warning(
+            "worker %d (rank %d) missed its deadline (stopped or hung): the launcher kills and "
+            "restarts it; its functions run again",
+            index,
+            worker,
+        )
+        return True
+
+    # -- a ps that dies ------------------------------------------------------------------------
+
+    def ps_failure(self, ps: int, rank: int) -> None:
+        """The ps of index ``ps`` died: set `fatal`; end the job if the program does not in time.
+
+        MPI cannot survive the dead rank inside the server job: nothing may wait on it any
+        more (`poll_result` and `membership_changes` stop; `shutdown` aborts the job). A
+        program blocked in an operation on the dead ps (a variable read on the coordinator)
+        would never reach its next ``schedule``/``join``/``done``: after
+        `PS_FAILURE_ABORT_SECONDS` a timer aborts the job with the same message.
+        """
+        self.fatal = UnavailableError(
+            f"ps {ps} (rank {rank} of the server job) died: its process ended and the "
+            "coordinator cannot reach its variables; restart the whole job from its last "
+            "checkpoint (hpcdist run --max-restarts K restarts it)"
+        )
+        get_logger().error("%s", self.fatal)
+        note = Path(self.launch.address_file).parent / "failure"  # for the launcher's report
+        with contextlib.suppress(OSError):
+            fd = os.open(note, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(f"ps {ps} (rank {rank})\n")
+        timer = threading.Timer(PS_FAILURE_ABORT_SECONDS, self._abort_at_ps_failure)
+        timer.daemon = True
+        timer.start()
+
+    def _abort_at_ps_failure(self) -> None:
+        abort_job(
+            f"hpcdist: {self.fatal} (the program did not end within "
+            f"{PS_FAILURE_ABORT_SECONDS:g} s; aborting the server job)",
+            PS_FAILURE_EXIT_CODE,
+        )
+
+    def shutdown(self) -> None:
+        """End the job; after a ps died, abort the server job (MPI cannot end it in order)."""
+        if self.fatal is not None:
+            abort_job(f"hpcdist: the job ends: {self.fatal}", PS_FAILURE_EXIT_CODE)
+        super().shutdown()
 
     # -- end of the job -----------------------------------------------------------------------
 
@@ -249,6 +390,43 @@ class FaultTolerantCoordinatorRuntime(CoordinatorRuntime):
         self.workers = {}
         self.admission.close()
         close_port(self.port)
+
+
+class _AcceptGuard:
+    """While the server job is in ``Accept`` for ``admitted``, release it if the worker dies.
+
+    ``MPI_Comm_accept`` has no timeout, and a worker can die between its ``C`` byte and its
+    ``Connect``. A thread (no MPI call) looks at the worker's socket every `GUARD_SECONDS`; at
+    its end of file it starts `hpcdist.comm.p2p.release_accept`, whose process connects
+    instead, so that ``Accept`` returns.
+    """
+
+    def __init__(self, admitted: Admitted, port: str) -> None:
+        self.admitted, self.port = admitted, port
+        self.fired = False
+        self._child: subprocess.Popen | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="hpcdist-accept", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._done.wait(GUARD_SECONDS):
+            if not self.admitted.alive():
+                self.fired = True
+                self._child = release_accept(self.port)
+                return
+
+    def stop(self) -> bool:
+        """``Accept`` returned: whether the worker died meanwhile (its channel is no worker)."""
+        self._done.set()
+        self._thread.join()
+        if self._child is not None:
+            try:
+                self._child.wait(timeout=10)
+            except subprocess.TimeoutExpired:  # the worker had connected: nobody accepts it
+                self._child.kill()
+                self._child.wait()
+        return self.fired or not self.admitted.alive()
 
 
 class FaultTolerantServingRuntime(ServingRuntime):

@@ -3,7 +3,9 @@
 Under ``hpcdist run --workers`` (`hpcdist.strategies.ps.membership`) the dispatch loop learns
 that a worker died or joined. `Rejoins` keeps what that needs: which workers are **absent**
 (dead, or not joined yet) and how to rebuild every per-worker resource (datasets, iterators)
-on a worker that joins. `take_back` moves a dead worker's functions back to the queue.
+on a worker that joins. `take_back` moves a dead worker's functions back to the queue;
+`requeue` puts closures a worker gave back or that must run again at the front; `fail_all`
+fails every closure not finished when the job cannot go on (a ps died).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 from hpcdist.strategies.ps.remote_values import Closure
 
-__all__ = ["Rejoins", "take_back"]
+__all__ = ["Rejoins", "fail_all", "requeue", "take_back"]
 
 
 class Rejoins:
@@ -65,3 +67,41 @@ def take_back(
         elif not closure.remote_value.is_ready():
             closure.remote_value.set_value(None)
     return count
+
+
+def requeue(
+    again: list[Any], queue: collections.deque[Any], targeted: collections.deque[Any]
+) -> int:
+    """Put ``again`` back at the front, in order; how many went to ``targeted``.
+
+    Closures for any worker go on ``queue``, those for one worker on its ``targeted`` deque.
+    """
+    count = 0
+    for closure in reversed(again):
+        if closure.worker is None:
+            queue.appendleft(closure)
+        else:
+            targeted.appendleft(closure)
+            count += 1
+    return count
+
+
+def fail_all(
+    error: BaseException,
+    running: dict[int, Any],
+    targeted: dict[int, collections.deque[Any]],
+    queue: collections.deque[Any],
+) -> None:
+    """Fail every closure not finished with ``error``, and forget them all.
+
+    ``running`` maps a worker to its batch. Used when the job cannot run anything more.
+    """
+    closures = [c for batch in running.values() for c in batch.closures]
+    closures += [c for deque in targeted.values() for c in deque] + list(queue)
+    running.clear()
+    queue.clear()
+    for deque in targeted.values():
+        deque.clear()
+    for closure in closures:
+        if not closure.remote_value.is_ready():
+            closure.remote_value.set_error(error)

@@ -23,7 +23,10 @@ otherwise process loss is handled by checkpoints and restart (see ``docs/paramet
 from __future__ import annotations
 
 import atexit
+import os
+import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,7 +46,7 @@ from hpcdist.core.variables import (
 from hpcdist.data.options import InputContext
 from hpcdist.errors import ClusterConfigError
 from hpcdist.settings import get_settings
-from hpcdist.strategies.ps.admission import request_admission
+from hpcdist.strategies.ps.admission import request_admission, watch_coordinator
 from hpcdist.strategies.ps.control import CoordinatorRuntime
 from hpcdist.strategies.ps.membership import (
     FaultTolerantCoordinatorRuntime,
@@ -68,7 +71,18 @@ from hpcdist.strategies.ps.variables import PSVariable, ShardedVariable
 from hpcdist.strategies.strategy import Strategy, StrategyExtended
 from hpcdist.utils.split import balanced_bounds
 
-__all__ = ["JOIN_SECONDS", "ParameterServerStrategy", "coordinator_only", "runtime"]
+#: Test hook (not an HPCDIST_ setting): worker ``<index>`` of this variable, on its first
+#: start, exits after admission and before its MPI ``Connect``
+#: (tests/faults/test_ps_fault_tolerance.py).
+DIE_BEFORE_CONNECT = "HD_TEST_PS_DIE_BEFORE_CONNECT"
+
+__all__ = [
+    "DIE_BEFORE_CONNECT",
+    "JOIN_SECONDS",
+    "ParameterServerStrategy",
+    "coordinator_only",
+    "runtime",
+]
 
 #: How long the coordinator of ``hpcdist run --workers`` waits for its workers to join
 #: (``HPCDIST_TIMEOUT_SECONDS`` instead, when set).
@@ -176,6 +190,10 @@ class ParameterServerStrategy(Strategy):
             sock, port = request_admission(
                 launch.address_file, bytes.fromhex(launch.secret), launch.index
             )
+            if os.environ.get(DIE_BEFORE_CONNECT) == str(launch.index) and (
+                os.environ.get("HPCDIST_RESTART_COUNT", "0") == "0"
+            ):  # a test hook: die in the window between the "C" byte and Connect
+                os._exit(3)
             channel = Channel.connect(port)
             store = RemoteStore(channel, roles.ps, who)
             server = ServingRuntime(self, channel, roles, store, rank)
@@ -186,9 +204,16 @@ class ParameterServerStrategy(Strategy):
             sock.close()
             sys.exit(0)
         channel = Channel()  # the server job: coordinator and ps ranks
+        # The launcher runs the server job with ``-disable-auto-cleanup``: when a rank dies,
+        # hydra signals the others with SIGUSR1 (fatal by default) instead of killing them,
+        # so that the coordinator can report the dead ps (`membership.ps_failure`).
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+        _write_pid(Path(launch.address_file).parent / f"rank-{channel.rank}.pid")
         self.extended = _PSExtended(self, roles, channel.rank)
         store = RmaStore(channel.dup(), roles.ps)
         if channel.rank != roles.coordinator:
+            secret = bytes.fromhex(launch.secret)
+            watch_coordinator(launch.address_file, secret, launch.num_workers, channel.rank - 1)
             ps = FaultTolerantServingRuntime(self, channel, roles, store)
             install_runtime(ps)
             if settings.abort_on_exception:
@@ -288,6 +313,13 @@ def _new_ps_variable(
     storage.write(value)
     rt.variables[uid] = var
     return var
+
+
+def _write_pid(path: Path) -> None:
+    """Write this process's pid to ``path`` (0600): the launcher tells which rank died."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(f"{os.getpid()}\n")
 
 
 def _check_tasks(tasks: list[tuple[Any, Any]], resolver: ClusterResolver) -> None:

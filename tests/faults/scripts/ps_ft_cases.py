@@ -6,6 +6,8 @@ runs every ``case_*`` in order and prints ``CHECK <name> PASS`` or ``CHECK <name
 coordinator (it learns each worker's pid from a scheduled function) and the launcher restarts
 it. ``MEASURE <name> <seconds>`` lines report the death-notice latency (kill -> end of file on
 the worker's socket), the reconnect time (kill -> replacement joined) and no-op round trips.
+A case that needs more workers than the layout has prints ``CHECK <name> FAIL SKIP <why>``,
+which the test reports as skipped.
 """
 
 import os
@@ -211,6 +213,93 @@ def case_worker_continuous_failure():  # testWorkerContinuousFailure
     values = [rv.fetch() for rv in rvs]
     total = float(iterations.read_value())
     check("continuous_failure", total >= 10 and values == [1] * 10, (total, values))
+
+
+def wait_for_death(deaths, timeout=10.0):
+    """Wait for a death without ``done()`` (which would raise a pending error)."""
+    deadline = time.monotonic() + timeout
+    while rt.deaths <= deaths and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return rt.deaths > deaths
+
+
+def case_one_worker_preemption_with_cancellation():  # testOneWorkerPreemptionWithCancellation
+    names = ["cancellation_join_raises", "cancellation_long_cancelled", "cancellation_then_ok"]
+    if NUM_WORKERS < 2:  # TF kills worker 1 while worker 0 fails: it needs two workers
+        for name in names:
+            check(name, False, "SKIP needs 2 workers")
+        return
+    with strategy.scope():
+        long_pid = hd.Variable(np.int64(0))
+
+    def normal_function():
+        x, y = np.random.uniform(size=(2, 10)), np.random.uniform(size=(10, 2))
+        return float(np.mean(x @ y))
+
+    def error_function():
+        x, y = np.random.uniform(size=(2, 10)), np.random.uniform(size=(10, 2))
+        total = float(np.sum(x @ y))
+        if total > 0:  # TF's check_ops.assert_non_positive_v2
+            raise hd.errors.InvalidArgumentError(f"expected a non-positive sum, got {total}")
+        return x
+
+    def long_function():
+        long_pid.assign(np.int64(os.getpid()))
+        for _ in range(600):
+            time.sleep(0.1)
+        return 1
+
+    worker_pids()  # every worker present and warm
+    for _ in range(3):
+        coordinator.schedule(normal_function)
+    long_result = coordinator.schedule(long_function)
+    coordinator.schedule(error_function)
+    time.sleep(1)  # let it run a couple of steps
+    pid, deaths = int(long_pid.read_value()), rt.deaths
+    os.kill(pid, signal.SIGKILL)  # the worker running the long function
+    wait_for_death(deaths)
+    try:
+        coordinator.join()
+        joined = "join returned"
+    except hd.errors.InvalidArgumentError:
+        joined = None
+    try:
+        long_result.fetch()
+        fetched = "fetch returned"
+    except hd.errors.CancelledError:
+        fetched = None
+    rvs = [coordinator.schedule(normal_function) for _ in range(3)]
+    coordinator.join()
+    values = [rv.fetch() for rv in rvs]
+    check(names[0], joined is None, joined)
+    check(names[1], fetched is None, fetched)
+    check(names[2], all(isinstance(v, float) for v in values), values)
+
+
+def case_worker_preemption_error_type():  # testWorkerPreemptionErrorType
+    with strategy.scope():
+        counters = [hd.Variable(np.float32(0)) for _ in rt.roles.ps]  # one on every ps
+
+    def train_fn():
+        time.sleep(0.2)
+        for c in counters:
+            c.assign_add(np.float32(1))
+        return os.getpid()
+
+    pids = worker_pids()
+    rvs = [coordinator.schedule(train_fn) for _ in range(4 * NUM_WORKERS)]
+    time.sleep(0.1)
+    kill_worker(pids[0])
+    try:
+        coordinator.join()
+        error = None
+    except Exception as exc:  # a worker's death must not surface as an error
+        error = exc
+    totals = [float(c.read_value()) for c in counters]
+    ok = error is None and rt.fatal is None and all(t >= 4 * NUM_WORKERS for t in totals)
+    ok = ok and all(isinstance(rv.fetch(), int) for rv in rvs)
+    # The coordinator names the dead worker (stderr: "worker 0 (rank ...) died"), not a ps.
+    check("worker_preemption_error_type", ok, (error, rt.fatal, totals))
 
 
 def case_update_not_torn_by_a_dying_worker():

@@ -3,10 +3,17 @@
 ``hpcdist run --ps 1 --workers W ps_ft_modes.py MODE OUT_DIR``:
 
 * ``wait``: print ``READY`` and schedule sleeping functions until the launcher is signalled;
+* ``one_ok``: functions run on every worker (``CHECK one_ok PASS``);
+* ``hung``: worker 0 stops itself (SIGSTOP) in a function; the coordinator's deadline asks the
+  launcher to kill it; it is restarted and the function runs again (``CHECK hung PASS``);
 * ``one_left``: with no restarts left, SIGKILL worker 0; the remaining workers run the rest
   (``CHECK one_left PASS``);
-* ``kill_ps``: SIGKILL the ps rank (a child of the coordinator's MPI proxy); the server job
-  ends, so the launch ends (a ps failure is not survived yet);
+* ``kill_ps``, ``kill_ps_schedule``: SIGKILL the last ps rank (a child of the coordinator's MPI
+  proxy) while functions update variables on every ps: ``join`` (``schedule``) raises
+  `UnavailableError` naming that ps, and so do the next ``join``, ``done`` and ``schedule``
+  (``CHECK <mode> PASS``); the program then exits and the server job is aborted;
+* ``ps_restart``: under ``--max-restarts 1``: the first attempt saves a checkpoint and loses a
+  ps as ``kill_ps``; the second restores it and goes on (``CHECK ps_restart PASS``);
 * ``single``: under plain ``mpiexec -n 4`` (``HPCDIST_NUM_PS=1``): SIGKILL a worker; the MPI
   launcher ends the job.
 """
@@ -23,6 +30,7 @@ import hpcdist as hd
 from hpcdist.strategies.ps.runtime import coordinator_runtime
 
 MODE = sys.argv[1]
+OUT = Path(sys.argv[2])
 strategy = hd.ParameterServerStrategy()
 coordinator = hd.ClusterCoordinator(strategy)
 rt = coordinator_runtime()
@@ -46,21 +54,104 @@ if MODE == "wait":
     while True:
         coordinator.schedule(nap)
         coordinator.join()
-elif MODE == "kill_ps":
+elif MODE == "ps_restart" and os.environ.get("HPCDIST_RESTART_COUNT") == "1":
+    # The second attempt of ``hpcdist run --max-restarts 1``: it restores the checkpoint the
+    # first attempt saved before its ps died, and goes on from there.
+    saved = float(np.load(OUT / "checkpoint.npy"))
+    with strategy.scope():
+        total = hd.Variable(np.float32(saved))
+    coordinator.schedule(lambda: total.assign_add(np.float32(1)))
+    coordinator.join()
+    check("ps_restart", float(total.read_value()) == saved + 1 == 21, saved)
+elif MODE in ("kill_ps", "kill_ps_schedule", "ps_restart"):
+    # testPSPreemptionErrorType, testJoinRaisesUnavailableErrorAtPsFailure,
+    # testScheduleRaisesUnavailableErrorAtPsFailure: functions that update a variable on
+    # every ps run; the last ps rank is SIGKILLed; join (or schedule) raises UnavailableError
+    # naming it, within the deadline plus 2 s, and so does every later call.
+    with strategy.scope():
+        counters = [hd.Variable(np.float32(0)) for _ in rt.roles.ps]
+
+    def inc():
+        time.sleep(0.01)
+        for c in counters:
+            c.assign_add(np.float32(1))
+
+    for _ in range(20):
+        coordinator.schedule(inc)
+    coordinator.join()
+    np.save(OUT / "checkpoint.npy", counters[0].read_value())  # 20: the last checkpoint
     proxy = os.getppid()
     children = Path(f"/proc/{proxy}/task/{proxy}/children").read_text().split()
-    ps = [int(pid) for pid in children if int(pid) != os.getpid()]
-    print("KILLING", ps, flush=True)
-    os.kill(ps[0], signal.SIGKILL)
-    while True:
-        coordinator.schedule(nap)
-        coordinator.join()
+    ps = sorted(int(pid) for pid in children if int(pid) != os.getpid())
+    victim = len(ps) - 1  # the ranks start in order: the last pid is the last ps
+    print("KILLING", ps[victim], flush=True)
+    t0 = time.monotonic()
+    os.kill(ps[victim], signal.SIGKILL)
+    raised = None
+    try:
+        if MODE == "kill_ps_schedule":
+            while time.monotonic() - t0 < 30:
+                coordinator.schedule(inc)
+                time.sleep(0.01)
+        else:
+            for _ in range(50):
+                coordinator.schedule(inc)
+            while time.monotonic() - t0 < 30:
+                coordinator.join()
+                coordinator.schedule(inc)
+    except hd.errors.UnavailableError as exc:
+        raised = exc
+        print("RAISED_AFTER", f"{time.monotonic() - t0:.3f}", flush=True)
+    named = raised is not None and f"ps {victim} (rank {victim + 1}" in str(raised)
+    check(MODE, named, raised)  # at once: hydra may still end this process any moment
+    again = []
+    for call in (coordinator.join, coordinator.done, lambda: coordinator.schedule(inc)):
+        try:
+            call()
+        except hd.errors.UnavailableError as exc:
+            again.append(str(exc))
+    check(f"{MODE}_again", len(again) == 3 and all(f"ps {victim}" in a for a in again), again)
+    sys.exit(0)  # a clean exit still ends the server job (aborted: MPI cannot end it in order)
 elif MODE == "single":
     pid = coordinator.schedule(os.getpid).fetch()
     print("KILLING", pid, flush=True)
     os.kill(pid, signal.SIGKILL)
     time.sleep(30)
     print("SURVIVED", flush=True)
+elif MODE == "one_ok":
+    # Every worker present, and functions run on all of them.
+    pids = set()
+    deadline = time.monotonic() + 60
+    while len(pids) < len(rt.roles.workers) and time.monotonic() < deadline:
+        pids |= {rv.fetch() for rv in [coordinator.schedule(slow_pid) for _ in range(8)]}
+    check("one_ok", len(pids) == len(rt.present_workers()) == len(rt.roles.workers), pids)
+elif MODE == "hung":
+    # Worker 0's first start stops itself (SIGSTOP) inside a function: at the deadline
+    # (HPCDIST_TIMEOUT_SECONDS) the launcher kills and restarts it, and the function runs again.
+    def stop_once():
+        launch = os.environ.get("HPCDIST_PS_LAUNCH", "")
+        if launch.endswith("worker-0.json") and os.environ.get("HPCDIST_RESTART_COUNT") == "0":
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return os.getpid()
+
+    pids = set()
+    while len(pids) < len(rt.roles.workers):
+        pids |= {rv.fetch() for rv in [coordinator.schedule(slow_pid) for _ in range(8)]}
+    t0 = time.monotonic()
+    rvs = [coordinator.schedule(stop_once) for _ in range(8)]
+    coordinator.join()
+    took = time.monotonic() - t0
+    ran = [rv.fetch() for rv in rvs]
+    deadline = float(os.environ["HPCDIST_TIMEOUT_SECONDS"])
+    wait_deadline = time.monotonic() + 30
+    while len(rt.present_workers()) < len(rt.roles.workers) and time.monotonic() < wait_deadline:
+        coordinator.done()
+        time.sleep(0.05)
+    after = {coordinator.schedule(slow_pid).fetch() for _ in range(16)}
+    ok = all(isinstance(pid, int) for pid in ran) and rt.deaths >= 1 and took >= deadline
+    ok = ok and len(rt.present_workers()) == len(rt.roles.workers) and bool(after - pids)
+    print("MEASURE hung_handled", f"{took:.3f}", flush=True)
+    check("hung", ok, (ran, rt.deaths, took, rt.present_workers(), after, pids))
 elif MODE == "one_left":
     with strategy.scope():
         total = hd.Variable(np.float32(0))
