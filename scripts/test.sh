@@ -2,7 +2,8 @@
 # The whole test suite: lint, unit and integration tests, fault injection (ranks leaving early
 # or stopped, unpicklable objects, full disks, changed models), end-to-end tests on a real local Slurm
 # (started and stopped by the tests; needs root and apt), then the MPI tests at 2, 3 and 4 ranks
-# and once more on 4 ranks split into 2 fake nodes (the hierarchical path), then across two real
+# and once more on 4 ranks split into 2 fake nodes (the hierarchical path), then at 64 ranks
+# (tests/scale: one launch per case), then across two real
 # nodes on this machine (tests/twonode/run.sh, as root), then the GPU tests on
 # the device simulator (tests/devicesim) at 1-4 ranks. Every MPI run is
 # bounded by `timeout`, so a hang fails with a message instead of stalling.
@@ -41,7 +42,9 @@ echo "== ruff"
 ruff check .
 ruff format --check .
 echo "== unit and integration tests (1 process, jobs launched with timeouts)"
-bounded "unit+integration" python -m pytest -q -rs -p no:cacheprovider tests/unit tests/integration tests/gpu
+# Hundreds of tests and dozens of launched jobs: a bound of its own (each test also has one).
+(limit=${UNIT_TEST_LIMIT:-1500} && bounded "unit+integration" \
+  python -m pytest -q -rs -p no:cacheprovider tests/unit tests/integration tests/gpu)
 echo "== fault injection: jobs that fail on purpose, each under a timeout (tests/faults)"
 bounded "faults" python -m pytest -q -rs -p no:cacheprovider tests/faults
 echo "== Slurm tests against real slurmctld/slurmd/munged on this machine (scripts/slurm-up.sh)"
@@ -54,6 +57,11 @@ done
 echo "== MPI tests on 4 ranks in 2 fake nodes (HPCDIST_RANKS_PER_NODE=2)"
 HPCDIST_RANKS_PER_NODE=2 bounded "mpiexec -n 4 (2 nodes)" \
   mpiexec -n 4 bash tests/mpi_pytest.sh -q tests/mpi
+# Many ranks (tests/scale): 64 ranks oversubscribed, one mpiexec per case, each under its own
+# timeout; prints each case's wall-clock, coverage and memory per rank (docs/testing.md, 4a).
+echo "== scale: 64 ranks oversubscribed on the cores (tests/scale)"
+(limit=${SCALE_TEST_LIMIT:-600} && bounded "scale step" \
+  python -m pytest -q -rs -p no:cacheprovider tests/scale)
 # Two real nodes (scripts/twonode.sh: namespaces with their own hostname, /dev/shm, PIDs and
 # network, TCP over veths): the MPI suite at 2+2, then tests/twonode. Needs root; otherwise the
 # step says why and runs only its one-node test.

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 from mpi4py import MPI
 
+from hpcdist.comm.counters import COUNTING, add
 from hpcdist.comm.deadline import Deadline, ranks_text
 from hpcdist.errors import CollectiveMismatchError
 
@@ -251,11 +252,15 @@ def verify_headers(
     fp = header.fingerprint()
     buf = np.array([fp, -fp], dtype=np.int64)
     out = np.empty(2, dtype=np.int64)
+    if COUNTING:
+        add("collective.header", buf.nbytes)
     request = comm.Iallreduce(buf, out, op=MPI.MIN)
     deadline.wait(request.Test)
     if out[0] == -out[1]:
         return
     table = np.empty((comm.Get_size(), HEADER_WORDS), dtype=np.int64)
+    if COUNTING:
+        add("collective.header_table", HEADER_WORDS * 8)
     request = comm.Iallgather(np.array(header.words, dtype=np.int64), table)
     deadline.wait(request.Test)
     raise mismatch_error(table, ranks)

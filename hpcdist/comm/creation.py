@@ -49,6 +49,7 @@ import numpy as np
 from mpi4py import MPI
 
 from hpcdist.comm import lifetime
+from hpcdist.comm.counters import COUNTING, add
 from hpcdist.comm.deadline import ranks_text
 from hpcdist.errors import DeadlineExceededError
 from hpcdist.logger import get_logger
@@ -111,6 +112,8 @@ class _Arrival(Waiter):
 
     def announce(self) -> None:
         """Send the empty announcement to every other rank (once)."""
+        if COUNTING:
+            add("p2p.announce", 0, self.size - 1)
         self.sends = [
             self.comm.Isend([_EMPTY, MPI.BYTE], dest=r, tag=TAG_ARRIVED)
             for r in range(self.size)

@@ -16,6 +16,7 @@ from mpi4py import MPI
 
 from hpcdist.comm.backend import HOST_DTYPES, DelegatingBackend, unsupported_codec
 from hpcdist.comm.checks import Header, verify_headers
+from hpcdist.comm.counters import COUNTING, add
 from hpcdist.comm.deadline import Deadline
 from hpcdist.comm.mpi_backend import MpiBackend, wait_request
 from hpcdist.comm.reduce_op import ReduceOp
@@ -74,6 +75,8 @@ class HierarchicalBackend(DelegatingBackend):
             verify_headers(self.comm, header, deadline, self.ranks)
         self.shm.allreduce(src, dst, op, None, deadline)
         if self.leader_comm != MPI.COMM_NULL and self.leader_comm.Get_size() > 1:
+            if COUNTING:
+                add("collective.leader_allreduce", dst.nbytes)
             request = self.leader_comm.Iallreduce(MPI.IN_PLACE, dst, op=op.mpi)
             wait_request(request, deadline, deadline.timeout is None)
         self.shm.broadcast(dst, 0, None, deadline)
@@ -84,6 +87,8 @@ class HierarchicalBackend(DelegatingBackend):
         """Broadcast with the MPI library (one hop from the root, whatever its node)."""
         if header is not None:
             verify_headers(self.comm, header, deadline, self.ranks)
+        if COUNTING:
+            add("collective.bcast", buf.nbytes)
         wait_request(self.comm.Ibcast(buf, root=root), deadline, deadline.timeout is None)
 
     def close(self) -> None:

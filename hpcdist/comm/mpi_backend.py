@@ -10,6 +10,7 @@ from mpi4py import MPI
 
 from hpcdist.comm.backend import COLLECTIVES, HOST_DTYPES, unsupported_codec
 from hpcdist.comm.checks import Header, verify_headers
+from hpcdist.comm.counters import COUNTING, add
 from hpcdist.comm.deadline import Deadline
 from hpcdist.comm.reduce_op import ReduceOp
 
@@ -94,6 +95,8 @@ class MpiBackend:
             np.copyto(dst, work)
             return
         sendbuf = MPI.IN_PLACE if src is dst else src
+        if COUNTING:
+            add("collective.allreduce", dst.nbytes)
         if deadline.timeout is None or (
             header is not None and dst.nbytes < self.DEADLINE_MIN_BYTES
         ):
@@ -111,6 +114,8 @@ class MpiBackend:
         """Broadcast with the MPI library."""
         if header is not None:
             verify_headers(self.comm, header, deadline, self.ranks)
+        if COUNTING:
+            add("collective.bcast", buf.nbytes)
         if header is not None or deadline.timeout is None:
             self.comm.Bcast(buf, root=root)
         else:
@@ -129,6 +134,8 @@ class MpiBackend:
             verify_headers(self.comm, header, deadline, self.ranks)
         send, recv = _bytes_if_bool(src, dst)
         counts = np.asarray(counts, dtype=np.int64)
+        if COUNTING:
+            add("collective.allgatherv", send.nbytes)
         request = self.comm.Iallgatherv(send, [recv, (counts, displacements(counts))])
         wait_request(request, deadline, deadline.timeout is None)
 
@@ -144,6 +151,8 @@ class MpiBackend:
         """``MPI_Ireduce_scatter``: rank ``r`` keeps the ``r``-th block of ``counts[r]``."""
         if header is not None:
             verify_headers(self.comm, header, deadline, self.ranks)
+        if COUNTING:
+            add("collective.reduce_scatter", src.nbytes)
         request = self.comm.Ireduce_scatter(src, dst, [int(c) for c in counts], op=op.mpi)
         wait_request(request, deadline, deadline.timeout is None)
 
@@ -162,6 +171,8 @@ class MpiBackend:
         send, recv = _bytes_if_bool(src, dst)
         s_counts = np.asarray(send_counts, dtype=np.int64)
         r_counts = np.asarray(recv_counts, dtype=np.int64)
+        if COUNTING:
+            add("collective.alltoallv", send.nbytes)
         request = self.comm.Ialltoallv(
             [send, (s_counts, displacements(s_counts))],
             [recv, (r_counts, displacements(r_counts))],
@@ -173,6 +184,8 @@ class MpiBackend:
         if header is not None:
             verify_headers(self.comm, header, deadline, self.ranks)
         else:
+            if COUNTING:
+                add("collective.barrier", 0)
             wait_request(self.comm.Ibarrier(), deadline, False)
 
     def close(self) -> None:

@@ -19,6 +19,7 @@ from mpi4py import MPI
 from hpcdist.comm.backend import HOST_DTYPES, DelegatingBackend, unsupported_codec
 from hpcdist.comm.checks import Header, verify_headers
 from hpcdist.comm.compression import Codec
+from hpcdist.comm.counters import COUNTING, add
 from hpcdist.comm.deadline import Deadline
 from hpcdist.comm.mpi_backend import MpiBackend, wait_request
 from hpcdist.comm.reduce_op import ReduceOp
@@ -57,6 +58,8 @@ def ring_allreduce(
         slo, shi = bounds[send_seg]
         rlo, rhi = bounds[recv_seg]
         incoming = recv[: rhi - rlo]
+        if COUNTING:
+            add("p2p.ring", acc[slo:shi].nbytes)
         requests = [
             comm.Irecv(incoming, source=left, tag=_TAG),
             comm.Isend(acc[slo:shi], dest=right, tag=_TAG),

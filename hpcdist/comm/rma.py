@@ -27,6 +27,7 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py.util.dtlib import from_numpy_dtype
 
+from hpcdist.comm.counters import COUNTING, add
 from hpcdist.comm.p2p import Channel
 
 __all__ = ["NO_OP", "REPLACE", "SUM", "Window", "datatype", "indexed_rows"]
@@ -59,6 +60,12 @@ def indexed_rows(base: MPI.Datatype, row: int, displacements: Sequence[int]) -> 
         yield dtype
     finally:
         dtype.Free()
+
+
+def _nbytes(buf: Any) -> int:
+    """Bytes of an origin buffer: an array, or ``[array, datatype]`` (counting only)."""
+    data = buf[0] if isinstance(buf, (list, tuple)) else buf
+    return int(getattr(data, "nbytes", len(memoryview(data).cast("B"))))
 
 
 def _freed() -> RuntimeError:
@@ -170,14 +177,20 @@ class Window:
 
     def get(self, buf: Any, rank: int, target: Any = None) -> None:
         """Start reading ``rank``'s memory into ``buf`` (complete with `flush`)."""
+        if COUNTING:
+            add("rma.get", _nbytes(buf))
         self._live().Get(buf, rank, target)
 
     def put(self, buf: Any, rank: int, target: Any = None) -> None:
         """Start writing ``buf`` into ``rank``'s memory (complete with `flush`)."""
+        if COUNTING:
+            add("rma.put", _nbytes(buf))
         self._live().Put(buf, rank, target)
 
     def accumulate(self, buf: Any, rank: int, target: Any = None, op: Any = SUM) -> None:
         """Start combining ``buf`` into ``rank``'s memory with ``op`` (complete with `flush`)."""
+        if COUNTING:
+            add("rma.accumulate", _nbytes(buf))
         self._live().Accumulate(buf, rank, target, op=op)
 
     def read(self, buf: Any, rank: int, target: Any = None) -> None:
@@ -185,6 +198,8 @@ class Window:
         win = self._win
         if not win:  # inlined `_live`: the variables' read path
             raise _freed()
+        if COUNTING:
+            add("rma.get", _nbytes(buf))
         win.Get(buf, rank, target)
         win.Flush(rank)
 
@@ -193,6 +208,8 @@ class Window:
         win = self._win
         if not win:  # inlined `_live`: the variables' update path
             raise _freed()
+        if COUNTING:
+            add("rma.accumulate", _nbytes(buf))
         win.Accumulate(buf, rank, target, op=op)
         win.Flush(rank)
 
@@ -202,6 +219,8 @@ class Window:
         Completed (flushed) on return.
         """
         win = self._live()
+        if COUNTING:
+            add("rma.fetch_and_op", _nbytes(value))
         win.Fetch_and_op(value, result, rank, disp, op)
         win.Flush(rank)
 
@@ -211,6 +230,8 @@ class Window:
         ``result`` gets the value found; completed (flushed) on return.
         """
         win = self._live()
+        if COUNTING:
+            add("rma.compare_and_swap", _nbytes(new))
         win.Compare_and_swap(new, expected, result, rank, disp)
         win.Flush(rank)
 
