@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# hpcdist beside its peers (raw mpi4py, torch.distributed with gloo, TensorFlow) on four
-# workloads, in one run: all-reduce, fusion of small tensors, a training step, a 1 GiB checkpoint.
+# hpcdist beside its peers (raw mpi4py, torch.distributed with gloo, TensorFlow) on five
+# workloads, in one run: all-reduce, fusion of small tensors, a training step, a 1 GiB checkpoint,
+# and one-process train steps of three models (CNN, ResNet-20, transformer) against Keras 3.
 # The peers live in their own environment (.venv-peers): torch and TensorFlow never become
 # hpcdist dependencies. Writes JSON under benchmarks/results/peers/ and one PNG per workload into
-# docs/results/peers_*.png. `PEERS_ONLY=allreduce,fusion,train,checkpoint` picks workloads,
+# docs/results/peers_*.png. `PEERS_ONLY=allreduce,fusion,train,checkpoint,models` picks workloads,
 # `PEERS_ARGS` adds arguments to every workload script; `PEERS_SETUP_ONLY=1` only builds the venv.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -38,7 +39,7 @@ export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 export TF_CPP_MIN_LOG_LEVEL=2 TF_ENABLE_ONEDNN_OPTS=1
 out=benchmarks/results/peers
 mkdir -p "$out" docs/results
-only=${PEERS_ONLY:-allreduce,fusion,train,checkpoint}
+only=${PEERS_ONLY:-allreduce,fusion,train,checkpoint,models}
 extra=${PEERS_ARGS:-}
 run() {  # run NAME TIMEOUT COMMAND...
   local name=$1 limit=$2
@@ -57,4 +58,6 @@ run allreduce 1500 python benchmarks/peers/allreduce.py
 run fusion 900 python benchmarks/peers/fusion.py
 run train 1500 python benchmarks/peers/train.py
 run checkpoint 1200 python benchmarks/peers/checkpoint.py
+# one process per contender, model and batch size (one thread each), rounds interleaved
+run models 2400 python benchmarks/peers/models.py
 echo "bench-peers: $(($(date +%s) - t_start)) s in all" >&2

@@ -1,7 +1,11 @@
 """Differentiable 2-D convolution and max pooling on `Tensor` (NHWC, TF's padding rules).
 
-Both operations gather the input's windows with one strided slice per kernel position (numpy
-or CuPy alike), so the convolution is one matrix product and its backward pass two. Padding
+The convolution gathers the input's windows (im2col by strided views, numpy or CuPy alike) and
+is one matrix product forward, slice by slice of the batch when the window matrix is large;
+backward, the kernel gradient is one product per slice (large window matrices are gathered
+again rather than kept) and the input gradient one product per kernel position added into a
+strided view (no window-gradient array).
+Max pooling works on one strided view per window position. Padding
 ``"same"`` follows TF: the output has ``ceil(size / stride)`` positions and the extra padding
 goes after (bottom/right) when the total is odd.
 """
@@ -83,24 +87,74 @@ def _window_views(
     ]
 
 
-def _windows(
-    x: Any, window: tuple[int, int], strides: tuple[int, int], out: tuple[int, int]
-) -> Any:
-    """``(batch, oh, ow, kh * kw, channels)``: every window's values, kernel positions in order."""
-    return array_module(x).stack(_window_views(x, window, strides, out), axis=3)
+# Below this many input channels the window gather copies one strided view per kernel position
+# (long contiguous runs per copy); from it on, one copy of a 6-D strided view is faster.
+_VIEW_GATHER_CHANNELS = 8
 
 
-def _scatter_windows(
-    cols: Any,
+def _im2col(x: Any, window: tuple[int, int], strides: tuple[int, int], out: tuple[int, int]) -> Any:
+    """``(batch * oh * ow, kh * kw * channels)``: every window's values, kernel positions in order.
+
+    One copy of the input's windows (numpy or CuPy alike): a stack of strided views for few
+    channels, else one contiguous copy of the ``(batch, oh, ow, kh, kw, channels)`` view.
+    """
+    xp = array_module(x)
+    n, _, _, c = x.shape
+    rows, width = n * out[0] * out[1], window[0] * window[1] * c
+    if c < _VIEW_GATHER_CHANNELS:
+        return xp.stack(_window_views(x, window, strides, out), axis=3).reshape(rows, width)
+    sn, sh, sw, sc = x.strides
+    view = xp.lib.stride_tricks.as_strided(
+        x,
+        shape=(n, out[0], out[1], window[0], window[1], c),
+        strides=(sn, sh * strides[0], sw * strides[1], sh, sw, sc),
+    )
+    return xp.ascontiguousarray(view).reshape(rows, width)
+
+
+# A window matrix up to _KEEP_BYTES is built at once and kept for the kernel gradient. A larger
+# one is built (and multiplied) _CHUNK_BYTES at a time: each slice of the batch stays in cache
+# between its gather and its product, and a large batch never holds every window at once (the
+# kernel gradient gathers them again, slice by slice).
+_KEEP_BYTES = 8 << 20
+_CHUNK_BYTES = 4 << 20
+
+
+def _image_chunks(
+    padded: Any, window: tuple[int, int], out: tuple[int, int]
+) -> list[tuple[int, int]]:
+    """``(start, stop)`` image ranges: all at once up to `_KEEP_BYTES`, else `_CHUNK_BYTES` each."""
+    n = padded.shape[0]
+    per_image = out[0] * out[1] * window[0] * window[1] * padded.shape[3] * padded.itemsize
+    if n * per_image <= _KEEP_BYTES:
+        return [(0, n)] if n else []
+    step = max(1, _CHUNK_BYTES // max(per_image, 1))
+    return [(s, min(s + step, n)) for s in range(0, n, step)]
+
+
+def _input_gradient(
+    g2: Any,
+    kernel: Any,
     padded_shape: tuple[int, ...],
-    window: tuple[int, int],
     strides: tuple[int, int],
     out: tuple[int, int],
 ) -> Any:
-    """The adjoint of `_windows`: add each window's values back where they were read."""
-    grad = array_module(cols).zeros(padded_shape, cols.dtype)
-    for k, view in enumerate(_window_views(grad, window, strides, out)):
-        view += cols[:, :, :, k, :]
+    """The gradient of the padded input: per kernel position, one GEMM added where it read.
+
+    ``g2`` is the output gradient as ``(batch * oh * ow, filters)``; kernel position ``(i, j)``
+    contributes ``g2 @ kernel[i, j].T`` to the strided view of the positions it read. Nine
+    ``(rows, filters) @ (filters, channels)`` products into one reused buffer replace the
+    ``(rows, kh * kw * channels)`` window-gradient array and its scatter.
+    """
+    xp = array_module(g2)
+    n, c = padded_shape[0], padded_shape[3]
+    grad = xp.zeros(padded_shape, g2.dtype)
+    part = xp.empty((g2.shape[0], c), g2.dtype)
+    views = _window_views(grad, (kernel.shape[0], kernel.shape[1]), strides, out)
+    for k, view in enumerate(views):
+        i, j = divmod(k, kernel.shape[1])
+        xp.matmul(g2, kernel[i, j].T, out=part)
+        view += part.reshape(n, out[0], out[1], c)
     return grad
 
 
@@ -109,14 +163,20 @@ def _unpad(grad: Any, shape: tuple[int, ...], top_left: tuple[int, int]) -> Any:
     return grad[:, top : top + shape[1], left : left + shape[2], :]
 
 
-def conv2d(x: Any, kernel: Any, strides: Any = 1, padding: str = "valid") -> Tensor:
+def conv2d(
+    x: Any, kernel: Any, strides: Any = 1, padding: str = "valid", bias: Any = None
+) -> Tensor:
     """2-D cross-correlation of NHWC ``x`` with an HWIO ``kernel`` (``tf.nn.conv2d``).
+
+    One window gather and one matrix product forward; backward, one product for the kernel
+    gradient and one per kernel position for the input gradient (see `_input_gradient`).
 
     Args:
         x: ``(batch, height, width, in_channels)``.
         kernel: ``(kh, kw, in_channels, filters)``.
         strides: An int or ``(sh, sw)``.
         padding: ``"valid"`` or ``"same"``.
+        bias: Optional ``(filters,)`` added to every position (``tf.nn.bias_add``), in place.
 
     Raises:
         ValueError: Ranks or channel counts that do not fit, or a bad stride or padding.
@@ -132,25 +192,54 @@ def conv2d(x: Any, kernel: Any, strides: Any = 1, padding: str = "valid") -> Ten
         raise ValueError(
             f"conv2d: the input has {x.shape[3]} channels, the kernel expects {kernel.shape[2]}"
         )
+    filters = kernel.shape[3]
+    inputs: tuple[Tensor, ...] = (x, kernel)
+    if bias is not None:
+        bias = same_device(as_tensor(bias), x)[0]
+        if bias.shape != (filters,):
+            raise ValueError(f"conv2d: bias must have shape ({filters},), got {bias.shape}")
+        inputs = (x, kernel, bias)
     window = (kernel.shape[0], kernel.shape[1])
     padded, out_hw, top_left = _padded(x.value, window, strides, padding, 0.0)
-    cols = _windows(padded, window, strides, out_hw)
     n, oh, ow = x.shape[0], out_hw[0], out_hw[1]
-    flat_cols = cols.reshape(n * oh * ow, window[0] * window[1] * x.shape[3])
-    flat_kernel = kernel.value.reshape(-1, kernel.shape[3])
-    value = (flat_cols @ flat_kernel).reshape(n, oh, ow, kernel.shape[3])
+    flat_kernel = kernel.value.reshape(-1, filters)
+    chunks = _image_chunks(padded, window, out_hw)
+    per_image = oh * ow
+    xp = array_module(padded)
+    value = xp.empty((n * per_image, filters), xp.result_type(padded, flat_kernel))
+    kept_cols = None
+    for start, stop in chunks:
+        cols = _im2col(padded[start:stop], window, strides, out_hw)
+        xp.matmul(cols, flat_kernel, out=value[start * per_image : stop * per_image])
+        if len(chunks) == 1:
+            kept_cols = cols  # small enough to keep for the kernel gradient
+    if bias is not None:
+        value += bias.value
+    value = value.reshape(n, oh, ow, filters)
 
-    def backward(g: Any) -> tuple[Any, Any]:
-        g2 = g.reshape(n * oh * ow, kernel.shape[3])
-        gk = (flat_cols.T @ g2).reshape(kernel.shape) if kernel.trace else None
+    def kernel_gradient(g2: Any) -> Any:
+        if kept_cols is not None:
+            return (kept_cols.T @ g2).reshape(kernel.shape)
+        grad = xp.zeros(flat_kernel.shape, g2.dtype)
+        part = xp.empty(flat_kernel.shape, g2.dtype)
+        for start, stop in chunks:
+            cols = _im2col(padded[start:stop], window, strides, out_hw)
+            xp.matmul(cols.T, g2[start * per_image : stop * per_image], out=part)
+            grad += part
+        return grad.reshape(kernel.shape)
+
+    def backward(g: Any) -> tuple[Any, ...]:
+        g2 = g.reshape(n * per_image, filters)
+        gk = kernel_gradient(g2) if kernel.trace else None
         gx = None
         if x.trace:
-            gcols = (g2 @ flat_kernel.T).reshape(cols.shape)
-            gpad = _scatter_windows(gcols, padded.shape, window, strides, out_hw)
+            gpad = _input_gradient(g2, kernel.value, padded.shape, strides, out_hw)
             gx = _unpad(gpad, x.shape, top_left)
-        return gx, gk
+        if bias is None:
+            return gx, gk
+        return gx, gk, (g2.sum(axis=0) if bias.trace else None)
 
-    return record(value, (x, kernel), backward)
+    return record(value, inputs, backward)
 
 
 def max_pool2d(x: Any, pool_size: Any = 2, strides: Any = None, padding: str = "valid") -> Tensor:
@@ -158,8 +247,9 @@ def max_pool2d(x: Any, pool_size: Any = 2, strides: Any = None, padding: str = "
 
     The gradient goes to the first maximum of each window (row-major order), as TF's. Both
     directions work on one strided view of the input per window position (a running maximum
-    forward; backward, each position takes the gradient where it holds the maximum and no
-    earlier position did), so no window array is built.
+    forward; backward, each position takes the gradient still unclaimed where it holds the
+    maximum, and what it took is subtracted from the unclaimed rest), so no window array or
+    argmax is built; windows that do not overlap write their gradient views directly.
 
     Args:
         x: ``(batch, height, width, channels)``.
@@ -184,18 +274,29 @@ def max_pool2d(x: Any, pool_size: Any = 2, strides: Any = None, padding: str = "
     for view in views[1:]:
         xp.maximum(value, view, out=value)
 
+    disjoint = strides[0] >= window[0] and strides[1] >= window[1]
+    covered = strides == window and padded.shape[1:3] == (
+        window[0] * out_hw[0],
+        window[1] * out_hw[1],
+    )
+
     def backward(g: Any) -> tuple[Any]:
-        gpad = xp.zeros(padded.shape, g.dtype)
+        # Windows that tile the input write every position: no zero fill needed.
+        gpad = (xp.empty if covered else xp.zeros)(padded.shape, g.dtype)
         grad_views = _window_views(gpad, window, strides, out_hw)
-        taken = xp.zeros(value.shape, bool)
-        last = len(views) - 1
+        rest, last = g, len(views) - 1
         for k, (view, grad_view) in enumerate(zip(views, grad_views, strict=True)):
+            # ``rest`` holds the gradient of the windows whose maximum no earlier position held.
             hit = view == value
-            if k:
-                hit &= ~taken
-            if k < last:
-                taken |= hit
-            grad_view += xp.where(hit, g, 0)
+            if disjoint:
+                part = xp.multiply(rest, hit, out=grad_view)
+            else:
+                part = rest * hit
+                grad_view += part
+            if k == 0 and last:
+                rest = rest - part
+            elif k < last:
+                rest -= part
         return (_unpad(gpad, x.shape, top_left),)
 
     return record(value, (x,), backward)

@@ -96,11 +96,11 @@ class Conv2D(KernelBiasLayer):
         )
 
     def call(self, inputs: Any, training: bool | None = None) -> Tensor:
-        """Convolution, bias, activation."""
+        """Convolution with the bias added in place, then the activation."""
         out = conv_ops.conv2d(
-            float_input(inputs, self.dtype), self.kernel, self.strides, self.padding
+            float_input(inputs, self.dtype), self.kernel, self.strides, self.padding, self.bias
         )
-        return self._bias_and_activation(out)
+        return self.activation(out)
 
     def get_config(self) -> dict[str, Any]:
         """Constructor arguments (JSON-able)."""

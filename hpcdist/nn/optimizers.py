@@ -378,16 +378,27 @@ class Adam(Optimizer):
         # Read each slot once: under asynchronous training (parameter servers) two reads can
         # see two values, and v_1 + (g^2 - v_2)(1 - beta_2) can be negative.
         old_m, old_v = _read(m), _read(v)
-        new_m = old_m + (grad - old_m) * (1 - self.beta_1)
-        new_v = old_v + (grad * grad - old_v) * (1 - self.beta_2)
+        xp = array_module(grad)
+        # m + (g - m)(1 - beta_1) and v + (g^2 - v)(1 - beta_2), each in one fresh buffer.
+        new_m = grad - old_m
+        new_m *= 1 - self.beta_1
+        new_m += old_m
+        new_v = xp.multiply(grad, grad)
+        new_v -= old_v
+        new_v *= 1 - self.beta_2
+        new_v += old_v
         m.assign(new_m, read_value=False)
         v.assign(new_v, read_value=False)
         alpha = lr * np.sqrt(1 - self.beta_2**step) / (1 - self.beta_1**step)
         if self.amsgrad:  # the largest v so far (Keras' velocity_hat)
             vhat = self.slot(var, "vhat")
-            new_v = array_module(new_v).maximum(_read(vhat), new_v)
+            new_v = xp.maximum(_read(vhat), new_v)
             vhat.assign(new_v, read_value=False)
-        return -alpha * new_m / (array_module(new_v).sqrt(new_v) + self.epsilon)
+        denom = xp.sqrt(new_v)
+        denom += self.epsilon
+        delta = new_m * -alpha
+        delta /= denom
+        return delta
 
 
 class AdamW(Adam):
