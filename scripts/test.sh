@@ -28,15 +28,8 @@ clean_shm() {
 }
 trap clean_shm EXIT
 
-bounded() {  # bounded LABEL CMD...: run CMD under the wall-clock limit, name the hang if any
-  local label=$1; shift
-  local rc=0
-  timeout --kill-after=10 "$limit" "$@" || rc=$?
-  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
-    echo "FAILED: $label did not finish within ${limit}s (hang?)" >&2
-  fi
-  return $rc
-}
+# shellcheck source=scripts/bounded.sh
+source "$root/scripts/bounded.sh"
 
 echo "== ruff"
 ruff check .

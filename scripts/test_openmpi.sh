@@ -30,15 +30,8 @@ if [ "$(id -u)" = 0 ]; then
   flags+=(--allow-run-as-root)
 fi
 python -c "from mpi4py import MPI; print('==', MPI.Get_library_version().splitlines()[0])"
-bounded() {  # bounded LABEL CMD...: run CMD under the wall-clock limit, name the hang if any
-  local label=$1; shift
-  local rc=0
-  timeout --kill-after=10 "$limit" "$@" || rc=$?
-  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
-    echo "FAILED: $label did not finish within ${limit}s (hang?)" >&2
-  fi
-  return $rc
-}
+# shellcheck source=scripts/bounded.sh
+source "$root/scripts/bounded.sh"
 for n in 2 3 4; do
   echo "== MPI tests on $n ranks (Open MPI)"
   bounded "Open MPI mpiexec -n $n" mpiexec "${flags[@]}" -n "$n" bash tests/mpi_pytest.sh -q tests/mpi
