@@ -48,14 +48,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-        return run_fault_tolerant(
-            argv,
-            args.ps,
-            args.workers,
-            args.worker_restarts,
-            kill_after=args.kill_after,
-            max_restarts=args.max_restarts,
-        )
+        try:
+            return run_fault_tolerant(
+                argv,
+                args.ps,
+                args.workers,
+                args.worker_restarts,
+                kill_after=args.kill_after,
+                max_restarts=args.max_restarts,
+            )
+        except ValueError as exc:  # bad counts: the message, no traceback (as argparse)
+            print(exc, file=sys.stderr)
+            return 2
     if args.n is None:
         print("hpcdist run: expected -n N (or --ps P --workers W)", file=sys.stderr)
         return 2

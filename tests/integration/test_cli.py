@@ -53,6 +53,18 @@ def test_run_returns_the_jobs_exit_code():
     assert "plain failure on rank 2" in bad.stderr
 
 
+@pytest.mark.parametrize(
+    "counts",
+    [["--ps", "0", "--workers", "2"], ["--ps", "1", "--workers", "0"], ["--ps", "1"]],
+)
+def test_run_with_bad_parameter_server_counts_says_why_and_starts_nothing(counts):
+    """A usage error (exit 2, one line, no traceback), as argparse's own."""
+    result = hpcdist("run", *counts, "examples/parameter_server.py", timeout=60)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.startswith("hpcdist run: "), result.stderr
+    assert "Traceback" not in result.stderr and not result.stdout, result.stderr
+
+
 def test_launcher_command_uses_srun_inside_slurm(monkeypatch):
     monkeypatch.setattr("shutil.which", lambda name: f"/usr/bin/{name}")
     cmd = launcher_command(4, ["train.py", "--x"], {"SLURM_JOB_ID": "7"})
