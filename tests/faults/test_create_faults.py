@@ -32,7 +32,10 @@ def errors(output: str) -> dict[int, tuple[list[int], float, float, str]]:
     """Each rank's ``(missing ranks, seconds waited, time.time() of the error, message)``."""
     found = {}
     pattern = r"rank (\d+) DeadlineExceededError missing=\[([\d, ]*)\] after ([\d.]+) s at "
-    for m in re.finditer(pattern + r"([\d.]+): (.*)", output):
+    # a message ends at its line's end, or where another rank's line begins (lines written
+    # at once by several ranks may interleave)
+    ends = r"(?=rank \d+ DeadlineExceededError|$)"
+    for m in re.finditer(pattern + r"([\d.]+): (.*?)" + ends, output, re.M):
         missing = [int(r) for r in m.group(2).split(",") if r.strip()]
         found[int(m.group(1))] = (missing, float(m.group(3)), float(m.group(4)), m.group(5))
     return found

@@ -22,15 +22,22 @@ from mpi4py import MPI
 import hpcdist as hd
 from hpcdist.comm.p2p import Channel
 
+
+def say(line: str) -> None:
+    """Print ``line`` in one write, so that other ranks' lines cannot land inside it."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 what, skipped, how, others = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 rank = MPI.COMM_WORLD.Get_rank()
-print(f"rank {rank} pid {os.getpid()}", flush=True)
+say(f"rank {rank} pid {os.getpid()}")
 parent = MPI.COMM_WORLD.Split(rank % 2, rank) if what == "sub" else MPI.COMM_WORLD
 MPI.COMM_WORLD.Barrier()  # every rank is in the job before the clock starts
 
 if rank in {int(r) for r in skipped.split(",")}:
     if how == "never":
-        print(f"rank {rank} does not create the {what} communicator", flush=True)
+        say(f"rank {rank} does not create the {what} communicator")
         time.sleep(60)
         sys.exit(0)
     time.sleep(float(how.split(":")[1]))
@@ -48,15 +55,14 @@ start = time.monotonic()
 try:
     made = create()
 except hd.errors.DeadlineExceededError as exc:
-    print(
+    say(
         f"rank {rank} DeadlineExceededError missing={list(exc.missing_ranks)} after "
-        f"{time.monotonic() - start:.2f} s at {time.time():.3f}: {exc}",
-        flush=True,
+        f"{time.monotonic() - start:.2f} s at {time.time():.3f}: {exc}"
     )
     if others == "catch":
         sys.exit(1)
     raise
-print(f"rank {rank} created the {what} communicator in {time.monotonic() - start:.2f} s")
+say(f"rank {rank} created the {what} communicator in {time.monotonic() - start:.2f} s")
 if what == "channel":
     made.barrier()
     made.free()
@@ -65,4 +71,4 @@ else:
     total = made.allreduce(np.ones(1))[0]
 MPI.COMM_WORLD.Barrier()
 left = MPI.COMM_WORLD.Iprobe(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG)
-print(f"rank {rank} sum {total:g} leftover {left}", flush=True)
+say(f"rank {rank} sum {total:g} leftover {left}")

@@ -101,9 +101,13 @@ elif MODE in ("kill_ps", "kill_ps_schedule", "ps_restart"):
                 coordinator.schedule(inc)
     except hd.errors.UnavailableError as exc:
         raised = exc
-        print("RAISED_AFTER", f"{time.monotonic() - t0:.3f}", flush=True)
+        named = f"ps {victim} (rank {victim + 1}" in str(exc)
+        # One write of one line: hydra may end this process any moment, even between the
+        # pieces of a print() on an unbuffered stdout.
+        sys.stdout.write(f"RAISED_AFTER {time.monotonic() - t0:.3f} NAMED {named}\n")
+        sys.stdout.flush()
     named = raised is not None and f"ps {victim} (rank {victim + 1}" in str(raised)
-    check(MODE, named, raised)  # at once: hydra may still end this process any moment
+    check(MODE, named, raised)
     again = []
     for call in (coordinator.join, coordinator.done, lambda: coordinator.schedule(inc)):
         try:
