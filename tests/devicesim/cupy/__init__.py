@@ -419,6 +419,9 @@ def get_array_module(*args: Any) -> Any:
 
 
 for _name in (
+    "multiply",
+    "result_type",
+    "matmul",
     "exp",
     "log",
     "sqrt",
