@@ -7,6 +7,7 @@ Activations and initializers are saved by Keras name, regularizers as ``{"l1": .
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from hpcdist.nn import activations, regularizers
@@ -57,3 +58,13 @@ def regularizer_from_config(value: Any) -> Any:
     if isinstance(value, dict):
         return regularizers.L1L2(**value)
     return value
+
+
+def constructor_parameters(obj: Any) -> set[str]:
+    """The parameter names of every ``__init__`` in ``obj``'s class hierarchy (its config keys)."""
+    return {
+        name
+        for cls in type(obj).__mro__
+        if "__init__" in vars(cls)
+        for name in inspect.signature(vars(cls)["__init__"]).parameters
+    }

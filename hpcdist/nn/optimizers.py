@@ -9,7 +9,6 @@ moments) are variables of the same strategy.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Iterable
 from typing import Any
 
@@ -22,6 +21,7 @@ from hpcdist.core.tensors import IndexedSlices, Tensor
 from hpcdist.core.variables import Variable, variable_key
 from hpcdist.nn import schedules
 from hpcdist.nn.clipping import check_clip_options, clip_gradients
+from hpcdist.nn.layer_config import constructor_parameters
 from hpcdist.nn.scalars import ScalarValue
 from hpcdist.nn.schedules import ExponentialDecay, LearningRateSchedule, PiecewiseConstantDecay
 from hpcdist.strategies.values import PerReplica
@@ -104,12 +104,7 @@ class Optimizer:
         form ``{"class_name": ..., "config": ...}``. The other keys are the constructor's
         arguments this optimizer keeps (``beta_1``, ``clipnorm``, ...).
         """
-        params = {
-            name
-            for cls in type(self).__mro__
-            if "__init__" in vars(cls)
-            for name in inspect.signature(vars(cls)["__init__"]).parameters
-        }
+        params = constructor_parameters(self)
         config: dict[str, Any] = {"name": self.name}
         lr = self._learning_rate
         if isinstance(lr, LearningRateSchedule):

@@ -14,7 +14,6 @@ outcome; every rank reads.
 from __future__ import annotations
 
 import errno
-import inspect
 import json
 import os
 from typing import Any
@@ -32,6 +31,7 @@ from hpcdist.checkpoint.collective import agree
 from hpcdist.nn import losses as losses_mod
 from hpcdist.nn import optimizers as optimizers_mod
 from hpcdist.nn.base_layer import Layer, get_registered_class
+from hpcdist.nn.layer_config import constructor_parameters
 
 __all__ = ["check_save_format", "load_model", "load_weights", "save_model", "save_weights"]
 
@@ -89,12 +89,7 @@ def _config_of(model: Layer) -> dict[str, Any]:
 
 def _arguments(obj: Any) -> dict[str, Any]:
     """``obj``'s scalar attributes that its constructor takes (its hyperparameters)."""
-    params = {
-        name
-        for cls in type(obj).__mro__
-        if "__init__" in vars(cls)
-        for name in inspect.signature(vars(cls)["__init__"]).parameters
-    }
+    params = constructor_parameters(obj)
     return {
         k: v for k, v in vars(obj).items() if k in params and isinstance(v, (bool, int, float, str))
     }
