@@ -133,6 +133,8 @@ class _ServerRanks:
         try:  # the coordinator saw a ps's socket end: it knows which died first
             who = (self.launch.dir / "failure").read_text().strip()
         except OSError:
+            who = ""
+        if not who:
             if not self.first_dead:
                 return
             died = [r for r in self.first_dead if r != 0] or self.first_dead

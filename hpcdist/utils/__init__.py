@@ -1,1 +1,1 @@
-"""Small helpers every layer may use: array modules (`xp`), row sums (`rows`), splits (`split`)."""
+"""Small helpers every layer may use: arrays (`xp`), row sums, splits, waits, private files."""

@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
-import os
 import queue
 import secrets
 import selectors
@@ -45,6 +44,7 @@ import time
 from pathlib import Path
 
 from hpcdist.errors import UnavailableError
+from hpcdist.utils.files import write_private_text
 
 __all__ = ["MAGIC", "AdmissionServer", "Admitted", "request_admission", "watch_coordinator"]
 
@@ -138,11 +138,7 @@ class AdmissionServer:
         self._listener = socket.create_server((bind, 0))
         host, port = self._listener.getsockname()[:2]
         self.address = (host, port)
-        tmp = f"{address_file}.{os.getpid()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(f"{host} {port}\n")
-        os.replace(tmp, address_file)
+        write_private_text(address_file, f"{host} {port}\n")
         self._events: queue.SimpleQueue[tuple[str, int, Admitted | None]] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._claimed: set[int] = set()  # indices admitted and not dead (with _lock)

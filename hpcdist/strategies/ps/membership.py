@@ -51,6 +51,7 @@ from hpcdist.strategies.ps.remote_store import VariableServer
 from hpcdist.strategies.ps.roles import Roles
 from hpcdist.strategies.ps.runtime import TAG_CANCEL, TAG_COMMAND, TAG_RESULT, Segments
 from hpcdist.strategies.ps.serving import ServingRuntime
+from hpcdist.utils.files import write_private_text
 from hpcdist.utils.waiting import Waiter
 
 __all__ = [
@@ -359,10 +360,8 @@ class FaultTolerantCoordinatorRuntime(CoordinatorRuntime):
         )
         get_logger().error("%s", self.fatal)
         note = Path(self.launch.address_file).parent / "failure"  # for the launcher's report
-        with contextlib.suppress(OSError):
-            fd = os.open(note, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(f"ps {ps} (rank {rank})\n")
+        with contextlib.suppress(OSError):  # whole or absent, even if hydra kills us now
+            write_private_text(note, f"ps {ps} (rank {rank})\n")
         timer = threading.Timer(PS_FAILURE_ABORT_SECONDS, self._abort_at_ps_failure)
         timer.daemon = True
         timer.start()

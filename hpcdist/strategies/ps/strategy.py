@@ -69,6 +69,7 @@ from hpcdist.strategies.ps.serving import ServingRuntime
 from hpcdist.strategies.ps.store import RmaStorage, RmaStore, SegmentAllocator, mpi_datatype
 from hpcdist.strategies.ps.variables import PSVariable, ShardedVariable
 from hpcdist.strategies.strategy import Strategy, StrategyExtended
+from hpcdist.utils.files import write_private_text
 from hpcdist.utils.split import balanced_bounds
 
 #: Test hook (not an HPCDIST_ setting): worker ``<index>`` of this variable, on its first
@@ -317,9 +318,7 @@ def _new_ps_variable(
 
 def _write_pid(path: Path) -> None:
     """Write this process's pid to ``path`` (0600): the launcher tells which rank died."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(f"{os.getpid()}\n")
+    write_private_text(path, f"{os.getpid()}\n")
 
 
 def _check_tasks(tasks: list[tuple[Any, Any]], resolver: ClusterResolver) -> None:
