@@ -44,9 +44,11 @@ MinJobAge=30
 NodeName=${host} NodeAddr=127.0.0.1 CPUs=16 RealMemory=8000 State=UNKNOWN
 PartitionName=debug Nodes=${host} Default=YES MaxTime=INFINITE State=UP
 CONF
-pgrep -x munged >/dev/null || runuser -u munge -- /usr/sbin/munged
-pgrep -x slurmctld >/dev/null || /usr/sbin/slurmctld
-pgrep -x slurmd >/dev/null || /usr/sbin/slurmd -N "$host"
+# By PID file, not by name: scripts/twonode.sh runs daemons of the same names for its own cluster.
+running() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+running /run/munge/munged.pid || runuser -u munge -- /usr/sbin/munged
+running /run/slurmctld.pid || /usr/sbin/slurmctld
+running /run/slurmd.pid || /usr/sbin/slurmd -N "$host"
 for _ in $(seq 60); do
   state=$(sinfo -h -n "$host" -o %T 2>/dev/null || true)
   case "$state" in

@@ -6,6 +6,9 @@
 #   bash scripts/twonode.sh rate 20mbit|off    # token-bucket rate limit on both veths (tc tbf)
 #   bash scripts/twonode.sh down               # end every process started here, by its PID
 #   bash scripts/twonode.sh check              # exit 0 if this machine can host the cluster
+#   bash scripts/twonode.sh slurm up           # after `up`: slurmctld on login, a slurmd per node
+#   bash scripts/twonode.sh slurm CMD...       # CMD (srun, sbatch, sinfo...) on the login node
+#   bash scripts/twonode.sh slurm down         # stop that Slurm, by its PIDs (`down` does too)
 #
 # Each node is a set of namespaces (network, UTS, mount, IPC, PID) held by one `unshare` process:
 # its own hostname, its own /etc/hosts (bind-mounted inside its mount namespace only), its own
@@ -18,6 +21,13 @@
 # after `up`, every `run` reuses it until `down`. `run` is bounded by TWONODE_LIMIT seconds
 # (default 600). Layout A+B: A ranks on node-a, B on node-b (B may be 0).
 # State (PIDs, hosts file, wrapper) lives in TWONODE_STATE (default /tmp/hpcdist-twonode).
+#
+# `slurm up` adds a two-node Slurm (Debian's packages; installed by scripts/slurm-up.sh when
+# missing): its own munged (own socket and key under the state directory), slurmctld in the
+# login namespace (host `login`, 10.77.0.254) and one slurmd in each node's namespaces
+# (`slurmd -N node-a`, own spool directory and PID file), all reading one slurm.conf of two nodes
+# through SLURM_CONF; nothing of a single-node Slurm on this machine is touched. `slurm CMD`
+# runs CMD in the login namespace with SLURM_CONF set, bounded by TWONODE_LIMIT.
 set -euo pipefail
 state=${TWONODE_STATE:-/tmp/hpcdist-twonode}
 limit=${TWONODE_LIMIT:-600}
@@ -136,6 +146,7 @@ reap() {
 
 down_quiet() {
   local pid
+  slurm_down
   if [ -s "$state/pids" ]; then
     # a node's PID 1 takes only SIGKILL from outside; its holder (unshare) then exits
     for pid in $(cat "$state"/node-*.pid 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
@@ -192,11 +203,133 @@ run() {
   return $rc
 }
 
+# The login node's namespaces, for commands run there.
+login_ns() { echo "nsenter -t $(cat "$state/login.pid") --net --uts --mount --wd=$PWD --"; }
+
+slurm_up() {
+  is_up || { echo "twonode: the cluster is not up (run \`$0 up\` first)" >&2; return 1; }
+  local dir=$state/slurm node i
+  if [ -s "$dir/pids" ] && kill -0 $(cat "$dir/pids") 2>/dev/null; then return 0; fi
+  if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq --no-install-recommends \
+      slurmctld slurmd slurm-client munge libpmix2 libpmix-dev >/dev/null
+  fi
+  rm -rf "$dir"
+  mkdir -p "$dir/ctld" "$dir/munge" "$dir/node-a" "$dir/node-b"
+  chown munge:munge "$dir/munge"
+  chmod 0755 "$dir/munge"  # munged wants its socket directory searchable by all
+  dd if=/dev/urandom bs=1 count=1024 of="$dir/munge/munge.key" 2>/dev/null
+  chown munge:munge "$dir/munge/munge.key"
+  chmod 0400 "$dir/munge/munge.key"
+  local socket=$dir/munge/munge.socket
+  cat >"$dir/slurm.conf" <<CONF
+ClusterName=twonode
+SlurmctldHost=login($net.254)
+SlurmUser=root
+AuthType=auth/munge
+AuthInfo=socket=$socket
+CredType=cred/munge
+MpiDefault=none
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SlurmdParameters=config_overrides
+ReturnToService=2
+MailProg=/bin/true
+StateSaveLocation=$dir/ctld
+SlurmdSpoolDir=$dir/%n
+SlurmctldLogFile=$dir/slurmctld.log
+SlurmdLogFile=$dir/slurmd-%n.log
+SlurmctldPidFile=$dir/slurmctld.pid
+SlurmdPidFile=$dir/slurmd-%n.pid
+SchedulerParameters=nohold_on_prolog_fail
+KillWait=5
+MinJobAge=30
+NodeName=node-a NodeAddr=$net.1 CPUs=8 RealMemory=4000 State=UNKNOWN
+NodeName=node-b NodeAddr=$net.2 CPUs=8 RealMemory=4000 State=UNKNOWN
+PartitionName=debug Nodes=node-a,node-b Default=YES MaxTime=INFINITE State=UP
+CONF
+  # munged's own socket: reachable by path from every node (unix sockets are not per network
+  # namespace), so one munged serves the login node and both nodes, as a shared key would.
+  runuser -u munge -- /usr/sbin/munged --socket="$socket" --key-file="$dir/munge/munge.key" \
+    --pid-file="$dir/munge/munged.pid" --log-file="$dir/munge/munged.log" \
+    --seed-file="$dir/munge/munged.seed"
+  for i in $(seq 50); do [ -s "$dir/munge/munged.pid" ] && break; sleep 0.1; done
+  $(login_ns) env SLURM_CONF="$dir/slurm.conf" /usr/sbin/slurmctld -f "$dir/slurm.conf"
+  for node in "${nodes[@]}"; do
+    nsenter -t "$(cat "$state/$node.pid")" --net --uts --mount --ipc --pid -- \
+      env SLURM_CONF="$dir/slurm.conf" /usr/sbin/slurmd -f "$dir/slurm.conf" -N "$node"
+  done
+  local pids=() f pid
+  for f in munge/munged slurmctld slurmd-node-a slurmd-node-b; do
+    for i in $(seq 50); do [ -s "$dir/$f.pid" ] && break; sleep 0.1; done
+    [ -s "$dir/$f.pid" ] || { echo "twonode: $f did not start (see $dir/*.log)" >&2; return 1; }
+    pid=$(cat "$dir/$f.pid")
+    case $f in slurmd-*) pid=$(host_pid "${f#slurmd-}" "$pid") ;; esac
+    pids+=("$pid")
+  done
+  echo "${pids[*]}" >"$dir/pids"  # as this namespace numbers them
+  local ready
+  for i in $(seq 60); do
+    ready=$($(login_ns) env SLURM_CONF="$dir/slurm.conf" sinfo -h -o '%n %T' 2>/dev/null || true)
+    if [ "$(grep -cE ' (idle|mixed|allocated)' <<<"$ready")" = 2 ]; then
+      echo "twonode: slurm ready (node-a, node-b)"
+      return 0
+    fi
+    sleep 0.5
+  done
+  echo "twonode: the Slurm nodes did not become idle: $ready (see $dir/*.log)" >&2
+  return 1
+}
+
+# The PID here of the process that NODE's PID namespace numbers NSPID (from /proc/*/status).
+host_pid() {
+  local ns p
+  ns=$(readlink "/proc/$(cat "$state/$1.pid")/ns/pid")
+  for p in /proc/[0-9]*; do
+    [ "$(readlink "$p/ns/pid" 2>/dev/null)" = "$ns" ] || continue
+    if [ "$(awk '/^NSpid:/ {print $NF}' "$p/status" 2>/dev/null)" = "$2" ]; then
+      echo "${p#/proc/}"
+      return
+    fi
+  done
+  echo "twonode: no process $2 in $1" >&2
+  return 1
+}
+
+slurm_down() {
+  local dir=$state/slurm pid
+  [ -s "$dir/pids" ] || { rm -rf "$dir"; return 0; }
+  for pid in $(cat "$dir/pids"); do kill "$pid" 2>/dev/null || true; done
+  for pid in $(cat "$dir/pids"); do
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+    kill -9 "$pid" 2>/dev/null || true
+  done
+  rm -rf "$dir"
+}
+
+slurm() {
+  case "${1:-}" in
+    up) slurm_up ;;
+    down) slurm_down ;;
+    "") usage ;;
+    *)
+      [ -s "$state/slurm/pids" ] || { echo "twonode: slurm is not up" >&2; return 1; }
+      timeout --kill-after=10 "$limit" $(login_ns) env SLURM_CONF="$state/slurm/slurm.conf" "$@"
+      ;;
+  esac
+}
+
 case "${1:-}" in
   up) trap down_quiet EXIT; up; trap - EXIT ;;  # a failed `up` leaves nothing behind
   down) down_quiet ;;
   run) shift; run "$@" ;;
   rate) [ $# -eq 2 ] || usage; rate "$2" ;;
   check) why=$(unavailable); [ -z "$why" ] || { echo "$why"; exit 1; } ;;
+  slurm) shift; slurm "$@" ;;
   *) usage ;;
 esac

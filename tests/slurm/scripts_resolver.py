@@ -2,6 +2,7 @@
 
 import json
 import os
+import socket
 
 from mpi4py import MPI
 
@@ -19,6 +20,10 @@ print(
             "rank": [r.rank, r.world_size, r.num_nodes],
             "hosts": r.cluster_spec().job_tasks("worker"),
             "gpus": r.num_accelerators(),
+            # 6 GPUs a node (none here): the ids each task would bind, from its node's layout
+            "bound": hd.cluster.SlurmClusterResolver(gpus_per_node=6, auto_set_gpu=False).task_gpus,
+            "node": [socket.gethostname(), int(os.environ["SLURM_NODEID"])],
+            "step": [os.environ["SLURM_STEP_NODELIST"], os.environ["SLURM_STEP_TASKS_PER_NODE"]],
         }
     ),
     flush=True,

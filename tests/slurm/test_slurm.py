@@ -10,17 +10,32 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import ROOT
+from tests.slurm.preemption import check_preempted_job_resumes
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="starting Slurm daemons needs root")
 
 
+def _daemons_running() -> bool:
+    """Whether the daemons of scripts/slurm-up.sh run (by their PID files)."""
+    for pid_file in ("/run/slurmctld.pid", "/run/slurmd.pid"):
+        try:
+            os.kill(int(Path(pid_file).read_text()), 0)
+        except (OSError, ValueError):
+            return False
+    return True
+
+
 @pytest.fixture(scope="module", autouse=True)
 def slurm():
+    ours = not _daemons_running()
     result = subprocess.run(
         ["bash", "scripts/slurm-up.sh"], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     if result.returncode != 0 or shutil.which("srun") is None:
         pytest.skip(f"could not start a local Slurm: {result.stderr.strip()[-500:]}")
+    yield
+    if ours:  # started here: stopped here
+        subprocess.run(["bash", "scripts/slurm-down.sh"], cwd=ROOT, timeout=60)
 
 
 def env():
@@ -29,16 +44,22 @@ def env():
     return e
 
 
-def run(cmd, timeout=120):
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env())
+def run(cmd, timeout=120, **extra):
+    """Run ``cmd`` bounded by ``timeout``, with ``extra`` added to its environment."""
+    return subprocess.run(
+        ["timeout", str(timeout), *cmd],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout + 20,
+        env=dict(env(), **extra),
+    )
 
 
 @pytest.mark.parametrize("n", [2, 4])
 def test_srun_ranks_agree_with_slurm_and_mpi(n):
     result = run(
         [
-            "timeout",
-            "100",
             "srun",
             "--mpi=pmi2",
             "-n",
@@ -65,8 +86,6 @@ def test_srun_ranks_agree_with_slurm_and_mpi(n):
 def test_srun_without_pmi_fails_with_the_fix():
     result = run(
         [
-            "timeout",
-            "100",
             "srun",
             "--mpi=none",
             "-n",
@@ -149,90 +168,8 @@ def test_sbatch_gpu_template_in_cpu_only_form(tmp_path):
     assert all(row["gpus"] == {"GPU": 0} for row in rows)
 
 
-def _job_state(job):
-    out = run(["scontrol", "show", "job", job], timeout=30).stdout
-    for field in out.split():
-        if field.startswith("JobState="):
-            return field.split("=", 1)[1], out
-    return "UNKNOWN", out
-
-
-def _wait_state(job, wanted, limit=150):
-    import time
-
-    deadline = time.monotonic() + limit
-    state, text = _job_state(job)
-    while state not in wanted and time.monotonic() < deadline:
-        time.sleep(1)
-        state, text = _job_state(job)
-    return state, text
-
-
 def test_preempted_job_requeues_itself_and_finishes_like_an_uninterrupted_run(tmp_path):
-    import time
-
-    import numpy as np
-
-    script = "tests/integration/scripts/preemptible_train.py"
-    straight = run(
-        [
-            "timeout",
-            "100",
-            "srun",
-            "--mpi=pmi2",
-            "-n",
-            "2",
-            sys.executable,
-            script,
-            str(tmp_path / "a"),
-            str(tmp_path / "a.npz"),
-        ]
-    )
-    assert straight.returncode == 0, straight.stderr
-    out = tmp_path / "job.out"
-    e = env()
-    e.update(
-        SCRIPT=script,
-        SCRIPT_ARGS=f"{tmp_path / 'b'} {tmp_path / 'b.npz'}",
-        PYTHON=sys.executable,
-        STEP_SLEEP="0.5",
-    )
-    sub = subprocess.run(
-        ["sbatch", "--parsable", "--time=00:10:00", f"--output={out}", "slurm/preemptible.sbatch"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=e,
-    )
-    assert sub.returncode == 0, sub.stderr
-    job = sub.stdout.strip().split(";")[0]
-    try:
-        deadline = time.monotonic() + 120
-        while "starting at step" not in (out.read_text() if out.exists() else ""):
-            assert time.monotonic() < deadline, _job_state(job)[1]
-            time.sleep(0.5)
-        time.sleep(2.0)  # a few steps in
-        signal = run(["scancel", "--signal=USR2", job], timeout=30)  # to the job's steps
-        assert signal.returncode == 0, signal.stderr
-        state, text = _wait_state(job, {"PENDING", "REQUEUED", "COMPLETED", "FAILED"}, 120)
-        assert state in ("PENDING", "REQUEUED"), text + (out.read_text() if out.exists() else "")
-        # slurmd refuses a credential issued in the second its job was revoked ("Job credential
-        # revoked"): let the clock move past the requeue before starting the job again.
-        time.sleep(2.0)
-        run(["scontrol", "update", f"JobId={job}", "StartTime=now"], timeout=30)
-        state, text = _wait_state(job, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, 150)
-        log = out.read_text()
-        assert state == "COMPLETED", text + log
-    finally:
-        run(["scancel", job], timeout=30)
-    assert "run 0 of job" in log and "run 1 of job" in log
-    assert "preemption signal: saved" in log  # "run 1 of job" above proves the requeue
-    a, b = np.load(tmp_path / "a.npz"), np.load(tmp_path / "b.npz")
-    assert int(b["start"]) > 0 and int(b["steps"]) == int(a["steps"])
-    for key in a.files:
-        if key.startswith("arr_"):
-            assert np.array_equal(a[key], b[key]), key  # bitwise
+    check_preempted_job_resumes(run, tmp_path, ["-n", "2"], [])
 
 
 def test_sbatch_tf1_template_trains_then_continues(tmp_path):

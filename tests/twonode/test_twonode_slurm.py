@@ -1,0 +1,142 @@
+"""A real two-node Slurm (``scripts/twonode.sh slurm``): slurmctld on the login node, one slurmd
+in each node's namespaces, one slurm.conf of two nodes. ``srun -N 2`` and ``sbatch -N 2`` of
+every CPU template in ``slurm/`` run across both nodes; the resolver reads Slurm's real
+multi-node variables (uneven tasks per node included); a preempted two-node job checkpoints
+once, requeues and resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT, clean_env
+from tests.slurm.preemption import check_preempted_job_resumes
+from tests.twonode.conftest import SCRIPT
+
+PATH = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
+
+
+class TwoNodeSlurm:
+    """Runs Slurm commands on the login node of the two-node cluster."""
+
+    def run(self, cmd: list[str], timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
+        """``cmd`` (srun, sbatch, scontrol...) on the login node, bounded; text output."""
+        environ = clean_env(PATH=PATH, PYTHONDONTWRITEBYTECODE="1", **env)
+        environ["TWONODE_LIMIT"] = str(int(timeout))
+        return subprocess.run(
+            ["bash", SCRIPT, "slurm", *cmd],
+            capture_output=True,
+            text=True,
+            timeout=timeout + 30,
+            env=environ,
+            cwd=ROOT,
+        )
+
+    def sbatch(self, args: list[str], out: Path, timeout: float = 240, **env: str) -> str:
+        """``sbatch --wait`` with ``args``; asserts exit code 0 and returns the job's output."""
+        job = self.run(
+            ["sbatch", "--wait", f"--output={out}", *args], timeout, PYTHON=sys.executable, **env
+        )
+        text = out.read_text() if out.exists() else ""
+        assert job.returncode == 0, job.stderr + text
+        return text
+
+
+@pytest.fixture(scope="module")
+def slurm(cluster) -> Iterator[TwoNodeSlurm]:
+    if shutil.which("slurmctld") is None and shutil.which("apt-get") is None:
+        pytest.skip("no Slurm packages and no apt-get to install them")
+    up = subprocess.run(
+        ["bash", SCRIPT, "slurm", "up"], capture_output=True, text=True, timeout=300
+    )
+    assert up.returncode == 0, up.stdout + up.stderr  # root, namespaces and apt: it must work
+    try:
+        yield TwoNodeSlurm()
+    finally:
+        subprocess.run(["bash", SCRIPT, "slurm", "down"], timeout=60)
+
+
+def rows_of(text: str) -> list[dict]:
+    rows = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    return sorted(rows, key=lambda row: row["mpi"][0])
+
+
+def test_srun_across_two_nodes_with_3_plus_1_tasks(slurm, tmp_path):
+    hostfile = tmp_path / "hosts"  # task i on line i's node: 3 tasks on node-a, 1 on node-b
+    hostfile.write_text("node-a\nnode-a\nnode-a\nnode-b\n")
+    script = "tests/slurm/scripts_resolver.py"
+    job = slurm.run(
+        ["srun", "-n", "4", "--distribution=arbitrary", "--mpi=pmi2", sys.executable, script],
+        SLURM_HOSTFILE=str(hostfile),
+    )
+    assert job.returncode == 0, job.stderr
+    rows = rows_of(job.stdout)
+    assert [row["mpi"] for row in rows] == [[i, 4] for i in range(4)], job.stdout
+    assert [row["node"] for row in rows] == [["node-a", 0]] * 3 + [["node-b", 1]]
+    assert all(row["step"] == ["node-a,node-b", "3,1"] for row in rows), rows[0]["step"]
+    assert [row["rank"] for row in rows] == [[i, 4, 2] for i in range(4)]
+    assert [row["local"] for row in rows] == [[0, 0, 3], [1, 1, 3], [2, 2, 3], [0, 0, 1]]
+    # 6 GPUs a node: 3 tasks on node-a get 2 each, node-b's one task starts again at GPU 0
+    assert [row["bound"] for row in rows] == [["0", "1"], ["2", "3"], ["4", "5"], ["0", "1"]]
+    assert [host.split(":")[0] for host in rows[0]["hosts"]] == ["node-a"] * 3 + ["node-b"]
+    assert [row["task"] for row in rows] == [["worker", i, i == 0] for i in range(4)]
+
+
+def test_hpcdist_info_reports_two_nodes(slurm):
+    job = slurm.run(["srun", "-N", "2", "-n", "4", "--mpi=pmi2", "hpcdist", "info"])
+    assert job.returncode == 0, job.stderr
+    assert "ranks:            4 on 2 node(s) (node-a, node-b)" in job.stdout, job.stdout
+    assert "SlurmClusterResolver" in job.stdout, job.stdout
+
+
+def test_sbatch_cpu_template_and_hpcdist_run_on_two_nodes(slurm, tmp_path):
+    text = slurm.sbatch(
+        ["-N", "2", "--ntasks-per-node=2", "slurm/train-cpu.sbatch"],
+        tmp_path / "cpu.out",
+        SCRIPT="examples/digits.py",
+        SCRIPT_ARGS="--epochs 3 --verbose 0",
+    )
+    assert "digits: 4 replica(s), 3 epochs" in text, text
+    wrapped = f"{Path(sys.executable).parent}/hpcdist run -n 4 examples/allreduce_check.py"
+    text = slurm.sbatch(["-N", "2", "-n", "4", "--wrap", wrapped], tmp_path / "run.out")
+    assert "allreduce check passed on 4 ranks (2 node(s))" in text, text
+
+
+def test_sbatch_parameter_server_template_on_two_nodes(slurm, tmp_path):
+    # --distribution=cyclic, as the template advises: the two ps land on different nodes
+    text = slurm.sbatch(
+        ["-N", "2", "-n", "5", "--distribution=cyclic", "slurm/parameter-server.sbatch"],
+        tmp_path / "ps.out",
+    )
+    assert "embedding table (7, 64) in 2 shards on the ps ranks" in text, text
+    assert "Finished epoch 3, accuracy is" in text, text
+    assert "checkpoint restore of the sharded table: ok" in text, text
+
+
+def test_sbatch_tf1_template_on_two_nodes(slurm, tmp_path):
+    logs = tmp_path / "logs"
+    text = slurm.sbatch(
+        ["-N", "2", "-n", "4", "slurm/tf1-ps.sbatch"],
+        tmp_path / "tf1.out",
+        CHECKPOINT_DIR=str(logs),
+    )
+    for task in (0, 1):
+        assert f"worker {task} runs" in text and "global_step 200" in text, text
+    assert (logs / "model.ckpt-200.h5").exists()
+
+
+def test_preempted_two_node_job_checkpoints_requeues_and_resumes(slurm, tmp_path):
+    log = check_preempted_job_resumes(
+        slurm.run, tmp_path, ["-N", "2", "-n", "2"], ["-N", "2", "--ntasks-per-node=1"]
+    )
+    saved = set(re.findall(r"preemption signal: saved (\S+) after (\d+) steps", log))
+    assert len(saved) == 1, log  # every rank that says so names one checkpoint and step
