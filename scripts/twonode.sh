@@ -9,6 +9,8 @@
 #   bash scripts/twonode.sh slurm up           # after `up`: slurmctld on login, a slurmd per node
 #   bash scripts/twonode.sh slurm CMD...       # CMD (srun, sbatch, sinfo...) on the login node
 #   bash scripts/twonode.sh slurm down         # stop that Slurm, by its PIDs (`down` does too)
+#   bash scripts/twonode.sh lose node-b        # node loss: every process of it killed, link down
+#   bash scripts/twonode.sh revive node-b      # link up again (and its slurmd, under `slurm up`)
 #
 # Each node is a set of namespaces (network, UTS, mount, IPC, PID) held by one `unshare` process:
 # its own hostname, its own /etc/hosts (bind-mounted inside its mount namespace only), its own
@@ -35,7 +37,7 @@ nodes=(node-a node-b)
 net=10.77.0
 
 usage() {
-  sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -129,10 +131,10 @@ EOF
   chmod +x "$state/rsh"
 }
 
-# End every process left in a node (a job past its limit), by PID, keeping the node's PID 1.
+# End every process left in the given nodes (default both), by PID, keeping each node's PID 1.
 reap() {
   local node pid ns p
-  for node in "${nodes[@]}"; do
+  for node in "${@:-${nodes[@]}}"; do
     [ -s "$state/$node.pid" ] || continue
     pid=$(cat "$state/$node.pid")
     ns=$(readlink "/proc/$pid/ns/pid" 2>/dev/null) || continue
@@ -249,6 +251,7 @@ SlurmdPidFile=$dir/slurmd-%n.pid
 SchedulerParameters=nohold_on_prolog_fail
 KillWait=5
 MinJobAge=30
+SlurmdTimeout=10
 NodeName=node-a NodeAddr=$net.1 CPUs=8 RealMemory=4000 State=UNKNOWN
 NodeName=node-b NodeAddr=$net.2 CPUs=8 RealMemory=4000 State=UNKNOWN
 PartitionName=debug Nodes=node-a,node-b Default=YES MaxTime=INFINITE State=UP
@@ -312,6 +315,41 @@ slurm_down() {
   rm -rf "$dir"
 }
 
+# A node lost as a whole: its processes (slurmd, job steps) killed and its link down, so that
+# nothing on it answers any more; its PID 1 stays, for `revive`.
+lose() {
+  is_up || { echo "twonode: the cluster is not up" >&2; return 1; }
+  [ -s "$state/$1.pid" ] || { echo "twonode: no node $1" >&2; return 1; }
+  nsenter -t "$(cat "$state/$1.pid")" --net ip link set eth0 down
+  reap "$1"
+}
+
+revive() {
+  is_up || { echo "twonode: the cluster is not up" >&2; return 1; }
+  [ -s "$state/$1.pid" ] || { echo "twonode: no node $1" >&2; return 1; }
+  local pid dir=$state/slurm i
+  pid=$(cat "$state/$1.pid")
+  nsenter -t "$pid" --net ip link set eth0 up
+  [ -s "$dir/pids" ] || return 0
+  rm -f "$dir/slurmd-$1.pid"
+  nsenter -t "$pid" --net --uts --mount --ipc --pid -- \
+    env SLURM_CONF="$dir/slurm.conf" /usr/sbin/slurmd -f "$dir/slurm.conf" -N "$1"
+  for i in $(seq 50); do [ -s "$dir/slurmd-$1.pid" ] && break; sleep 0.1; done
+  local fresh
+  fresh=$(host_pid "$1" "$(cat "$dir/slurmd-$1.pid")")
+  # the PID list: munged, slurmctld, slurmd of node-a, slurmd of node-b
+  local list=($(cat "$dir/pids"))
+  [ "$1" = node-a ] && list[2]=$fresh || list[3]=$fresh
+  echo "${list[*]}" >"$dir/pids"
+  slurm scontrol update NodeName="$1" State=RESUME >/dev/null 2>&1 || true
+  for i in $(seq 60); do
+    case $(slurm sinfo -h -n "$1" -o %T 2>/dev/null) in idle*|mixed*|allocated*) return 0 ;; esac
+    sleep 0.5
+  done
+  echo "twonode: $1 did not come back into Slurm" >&2
+  return 1
+}
+
 slurm() {
   case "${1:-}" in
     up) slurm_up ;;
@@ -331,5 +369,7 @@ case "${1:-}" in
   rate) [ $# -eq 2 ] || usage; rate "$2" ;;
   check) why=$(unavailable); [ -z "$why" ] || { echo "$why"; exit 1; } ;;
   slurm) shift; slurm "$@" ;;
+  lose) [ $# -eq 2 ] || usage; lose "$2" ;;
+  revive) [ $# -eq 2 ] || usage; revive "$2" ;;
   *) usage ;;
 esac

@@ -36,6 +36,7 @@ __all__ = [
     "FORWARDED_SIGNALS",
     "JobSignals",
     "JobTree",
+    "in_slurm_allocation",
     "launcher_command",
     "process_running",
     "run_job",
@@ -53,14 +54,25 @@ _SETTLE_S = 5.0  # how long killed processes may take to disappear
 _PROC = Path("/proc")
 
 
-def launcher_command(
-    nprocs: int, argv: list[str], environ: Mapping[str, str] | None = None
-) -> list[str]:
-    """The command that starts ``argv`` on ``nprocs`` ranks: srun inside Slurm, else mpiexec."""
+def in_slurm_allocation(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether jobs are started as Slurm job steps (inside an allocation, ``srun`` found)."""
     environ = os.environ if environ is None else environ
+    return "SLURM_JOB_ID" in environ and shutil.which("srun") is not None
+
+
+def launcher_command(
+    nprocs: int,
+    argv: list[str],
+    environ: Mapping[str, str] | None = None,
+    srun_options: Sequence[str] = (),
+) -> list[str]:
+    """The command that starts ``argv`` on ``nprocs`` ranks: srun inside Slurm, else mpiexec.
+
+    ``srun_options`` go to ``srun`` (a job step's options); mpiexec gets none of them.
+    """
     python_prefix = [sys.executable, "-m", "hpcdist"] if argv and argv[0].endswith(".py") else []
-    if "SLURM_JOB_ID" in environ and shutil.which("srun"):
-        return ["srun", "--mpi=pmi2", "-n", str(nprocs), *python_prefix, *argv]
+    if in_slurm_allocation(environ):
+        return ["srun", "--mpi=pmi2", *srun_options, "-n", str(nprocs), *python_prefix, *argv]
     local = Path(sys.executable).parent / "mpiexec"
     mpiexec = str(local) if local.exists() else shutil.which("mpiexec") or "mpiexec"
     return [mpiexec, "-n", str(nprocs), *python_prefix, *argv]

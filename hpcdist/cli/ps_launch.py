@@ -1,10 +1,13 @@
 """``hpcdist run --ps P --workers W``: a parameter-server job whose workers may die.
 
 One MPI job cannot survive a dead rank, so this launch starts one job per failure domain,
-each with ``mpiexec`` (`hpcdist.cli.launch.launcher_command`) running the same program:
+each with ``mpiexec``, or inside a Slurm allocation as a job step with ``srun``
+(`hpcdist.cli.launch.launcher_command`), running the same program:
 
 * the **server job**: the coordinator (rank 0) and the ``P`` ps ranks, ``mpiexec -n 1+P``;
 * one **worker job** per worker index ``i`` (``mpiexec -n 1``).
+
+Job steps and where they run: `_Launch._step_options`.
 
 Each job gets a launch file (``HPCDIST_PS_LAUNCH``, 0600, in a 0700 directory of its own:
 `hpcdist.cluster.launched`) naming its role, its worker index and the job's secret, a fresh
@@ -17,11 +20,12 @@ again with the same index, up to ``--worker-restarts`` times each (``HPCDIST_RES
 tells it which start it is); with none left, training goes on with the others. The launch
 ends when the server job ends: the workers it stopped exit by themselves, those still running
 after `WORKER_GRACE_S` are killed (at once when the server job failed), and the exit code is
-the server job's. The server job runs with ``-disable-auto-cleanup`` (under ``mpiexec``): a
-dead ps then does not take the coordinator down with it, and the coordinator reports which ps
-died (`hpcdist.strategies.ps.membership`). A worker the coordinator finds hung past its
-deadline (``HPCDIST_TIMEOUT_SECONDS``) is named in a request file ``kill-worker-<index>`` of
-the launch directory: its job is killed, and restarted as any failed worker.
+the server job's. The server job runs with ``-disable-auto-cleanup`` (under ``mpiexec``; ``srun
+--kill-on-bad-exit=0`` in Slurm): a dead ps then does not take the coordinator down with it,
+and the coordinator reports which ps died (`hpcdist.strategies.ps.membership`). A worker the
+coordinator finds hung past its deadline (``HPCDIST_TIMEOUT_SECONDS``) is named in a request
+file ``kill-worker-<index>`` of the launch directory: its job is killed, and restarted as any
+failed worker.
 ``--max-restarts K`` starts a failed launch again as a whole, up to K times. A SIGTERM, SIGINT
 or SIGHUP is forwarded to every job; after ``--kill-after`` seconds (or a second signal)
 every process of every job is killed. Nothing here starts MPI.
@@ -33,6 +37,7 @@ import dataclasses
 import os
 import secrets
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -44,6 +49,7 @@ from hpcdist.cli.launch import (
     DEFAULT_KILL_AFTER_S,
     JobSignals,
     JobTree,
+    in_slurm_allocation,
     launcher_command,
     process_running,
 )
@@ -68,7 +74,12 @@ class _Launch:
         self, argv: list[str], num_ps: int, num_workers: int, environ: Mapping[str, str]
     ) -> None:
         self.argv, self.num_ps, self.num_workers = argv, num_ps, num_workers
-        self.dir = Path(tempfile.mkdtemp(prefix="hpcdist-ps-"))  # 0700
+        self.slurm = in_slurm_allocation(environ)
+        if self.slurm:  # job steps may run on every node: the files go where all can read them
+            shared = environ.get("SLURM_SUBMIT_DIR") or os.getcwd()
+            self.dir = Path(tempfile.mkdtemp(prefix=".hpcdist-ps-", dir=shared))  # 0700
+        else:
+            self.dir = Path(tempfile.mkdtemp(prefix="hpcdist-ps-"))  # 0700
         base = PSLaunch(
             role="server",
             index=0,
@@ -76,6 +87,7 @@ class _Launch:
             num_workers=num_workers,
             secret=secrets.token_hex(32),
             address_file=str(self.dir / "address"),
+            bind="" if self.slurm else "127.0.0.1",  # "": the coordinator's host address
         )
         write_launch(self.dir / "server.json", base)
         for i in range(num_workers):
@@ -91,19 +103,49 @@ class _Launch:
         env = dict(self.env, HPCDIST_PS_LAUNCH=str(self.dir / name))
         env["HPCDIST_RESTART_COUNT"] = str(restart)
         nprocs = 1 + self.num_ps if role == "server" else 1
-        command = launcher_command(nprocs, self.argv, environ={})  # mpiexec, one job each
+        options = self._step_options(role, index, restart) if self.slurm else []
+        command = launcher_command(nprocs, self.argv, environ=self.env, srun_options=options)
         if role == "server" and Path(command[0]).name == "mpiexec":
             # A dead ps must not take the coordinator down before it can say which ps died:
             # hydra then only signals SIGUSR1 to the others (the server ranks ignore it).
             command.insert(1, "-disable-auto-cleanup")
         return JobTree(subprocess.Popen(command, env=env, start_new_session=True))
 
+    def _step_options(self, role: str, index: int, restart: int) -> list[str]:
+        """The ``srun`` options of a job step of this launch (inside a Slurm allocation).
+
+        ``--exact``: a step takes only the CPUs it asks for, so the steps run side by side. A
+        dead ps does not end the server step (``--kill-on-bad-exit=0``) before the coordinator
+        names it. On several nodes the server step stays on the first node when it fits there,
+        and the workers first start round-robin on the others (``--relative``), so losing a
+        worker's node never takes the variables with it; a restarted worker goes where Slurm
+        finds a free CPU (never on a node Slurm has marked down).
+        """
+        nodes = int(self.env.get("SLURM_JOB_NUM_NODES") or self.env.get("SLURM_NNODES") or 1)
+        if role == "server":
+            options = ["--exact", "--job-name=hpcdist-server", "--kill-on-bad-exit=0"]
+            if nodes > 1 and 1 + self.num_ps <= _first_node_cpus(self.env):
+                options += ["-N", "1", "--relative=0"]
+            return options
+        options = ["--exact", f"--job-name=hpcdist-worker-{index}", "-N", "1"]
+        if nodes > 1 and restart == 0:
+            options.append(f"--relative={1 + index % (nodes - 1)}")
+        return options
+
     def remove(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def _first_node_cpus(env: Mapping[str, str]) -> int:
+    """CPUs of the allocation's first node, from ``SLURM_JOB_CPUS_PER_NODE`` (``"4(x2),2"``)."""
+    first = env.get("SLURM_JOB_CPUS_PER_NODE", "").split(",")[0].split("(")[0]
+    return int(first) if first.isdigit() else 0
+
+
 class _ServerRanks:
-    """Which rank of the server job died first, from the pid each rank writes at its start.
+    """Which rank of the server job died first, from the host and pid each rank writes.
+
+    Ranks on other hosts (Slurm job steps) are not looked at.
 
     Inside one MPICH job a dead rank may take the others down within milliseconds (hydra
     kills them), before the coordinator can say which ps died: the launcher then says it.
@@ -121,9 +163,11 @@ class _ServerRanks:
         for rank in range(1 + self.launch.num_ps):
             if rank not in self.pids:
                 try:
-                    self.pids[rank] = int((self.launch.dir / f"rank-{rank}.pid").read_text())
+                    host, pid = (self.launch.dir / f"rank-{rank}.pid").read_text().split()
                 except (OSError, ValueError):
                     continue
+                if host == socket.gethostname():
+                    self.pids[rank] = int(pid)
         dead = [rank for rank, pid in self.pids.items() if not process_running(pid)]
         if dead:
             self.first_dead = dead
@@ -219,17 +263,21 @@ def _supervise(
                 code = job.job.poll()
                 if code is None:
                     continue
-                if code == 0:  # it served until the coordinator stopped it
+                stopped = launch.dir / f"worker-{i}.stopped"
+                if code == 0 and stopped.exists():  # it served until the coordinator stopped it
+                    stopped.unlink(missing_ok=True)
                     del workers[i]
-                elif started[i] < restarts:
+                    continue
+                # srun ends a step whose node failed with code 0: not stopped, so failed
+                how = f"code {code}" if code else "code 0 without being stopped (node failure?)"
+                if started[i] < restarts:
                     started[i] += 1
                     _say(
-                        f"worker {i} exited with code {code}; restarting it "
-                        f"({started[i]} of {restarts})"
+                        f"worker {i} exited with {how}; restarting it ({started[i]} of {restarts})"
                     )
                     workers[i] = launch.start("worker", i, started[i])
                 else:
-                    _say(f"worker {i} exited with code {code}; no restart left, not restarted")
+                    _say(f"worker {i} exited with {how}; no restart left, not restarted")
                     del workers[i]
             time.sleep(_POLL_S)
         if signals.received is not None:

@@ -38,7 +38,8 @@ class PSLaunch:
         num_workers: Number of worker tasks.
         secret: The job's secret (hex); a peer is admitted only after proving it.
         address_file: Where the coordinator writes ``host port`` of its admission socket.
-        bind: The address the admission socket binds to (an address of the job's hosts).
+        bind: The address the admission socket binds to (an address of the job's hosts);
+            empty: the address of the coordinator's host name (workers on other nodes).
     """
 
     role: str

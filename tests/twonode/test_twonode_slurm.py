@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,6 +38,19 @@ class TwoNodeSlurm:
             capture_output=True,
             text=True,
             timeout=timeout + 30,
+            env=environ,
+            cwd=ROOT,
+        )
+
+    def start(self, cmd: list[str], timeout: float = 240, **env: str) -> subprocess.Popen:
+        """``cmd`` on the login node in the background (bounded by ``timeout``); text pipes."""
+        environ = clean_env(PATH=PATH, PYTHONDONTWRITEBYTECODE="1", PYTHON=sys.executable, **env)
+        environ["TWONODE_LIMIT"] = str(int(timeout))
+        return subprocess.Popen(
+            ["bash", SCRIPT, "slurm", *cmd],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
             env=environ,
             cwd=ROOT,
         )
@@ -140,3 +154,56 @@ def test_preempted_two_node_job_checkpoints_requeues_and_resumes(slurm, tmp_path
     )
     saved = set(re.findall(r"preemption signal: saved (\S+) after (\d+) steps", log))
     assert len(saved) == 1, log  # every rank that says so names one checkpoint and step
+
+
+FT_SCRIPT = "tests/twonode/scripts/ps_ft_slurm.py"
+
+
+def test_fault_tolerant_template_restarts_a_killed_worker_in_a_job_step(slurm, tmp_path):
+    # Workers start on node-b (the server step keeps node-a); each one's first start dies.
+    text = slurm.sbatch(
+        ["slurm/ps-fault-tolerant.sbatch"],
+        tmp_path / "ft.out",
+        SCRIPT=FT_SCRIPT,
+        WORKER_RESTARTS="1",
+        FT_DIE_ON="node-b",
+    )
+    assert "CHECK slurm_every_function PASS" in text and "CHECK slurm_counted PASS" in text, text
+    assert "COORDINATOR node-a" in text, text
+    assert re.search(r"worker \d exited with code 137; restarting it \(1 of 1\)", text), text
+    assert re.search(r"worker \d \(rank \d\) died; its functions run again", text), text
+
+
+def test_workers_of_a_lost_node_are_restarted_on_the_other_node(slurm, tmp_path):
+    # node-b is lost (its processes killed, its link down) once every worker has joined: the
+    # coordinator notices through TCP keepalive, Slurm ends the lost steps (SlurmdTimeout=10),
+    # and the launcher restarts the workers on node-a's free CPUs while training goes on.
+    out = tmp_path / "lost.out"
+    job = slurm.start(
+        ["sbatch", "--wait", f"--output={out}", "slurm/ps-fault-tolerant.sbatch"],
+        timeout=240,
+        SCRIPT=FT_SCRIPT,
+        SCRIPT_ARGS="200 0.2",
+        WORKER_RESTARTS="1",
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while "JOINED" not in (out.read_text() if out.exists() else ""):
+            assert job.poll() is None and time.monotonic() < deadline, job.communicate()
+            time.sleep(0.2)
+        subprocess.run(["bash", SCRIPT, "lose", "node-b"], check=True, timeout=60)
+        stdout, stderr = job.communicate(timeout=260)
+        text = out.read_text()
+        assert job.returncode == 0, stdout + stderr + text
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.communicate()
+        subprocess.run(["bash", SCRIPT, "revive", "node-b"], check=True, timeout=120)
+    joined = text.split("JOINED ", 1)[1].splitlines()[0]
+    assert joined.count("node-b") == 3, text  # every worker started on node-b
+    assert len(re.findall(r"worker \d \(rank \d\) died; its functions run again", text)) == 3
+    assert "without being stopped (node failure?); restarting it (1 of 1)" in text, text
+    assert "CHECK slurm_every_function PASS" in text and "CHECK slurm_counted PASS" in text, text
+    ran_on = text.split("RAN_ON ", 1)[1].splitlines()[0]
+    assert "node-a" in ran_on, text  # replacements on the node left

@@ -57,6 +57,9 @@ _HELLO = 4 + _NONCE + _MAC  # what a peer sends: index, its nonce, its MAC
 HANDSHAKE_SECONDS = 5.0
 #: Handshakes that may run at once; more connections are closed at once.
 MAX_HANDSHAKES = 16
+#: TCP keepalive of an admitted peer's socket: idle seconds before probing, seconds between
+#: probes, unanswered probes before the peer counts as lost (its host gone, about 4 s).
+KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES = 1, 1, 3
 #: The sockets of `watch_coordinator`, open until the process ends.
 _HELD: list[socket.socket] = []
 
@@ -124,7 +127,8 @@ class AdmissionServer:
 
     Args:
         secret: The job's secret.
-        bind: The address to bind to (an address of the job's hosts).
+        bind: The address to bind to (an address of the job's hosts); empty: the address of
+            this host's name, for workers on other hosts (Slurm job steps).
         num_workers: Worker indices run from 0 to this, excluded.
         address_file: Where ``host port`` is written (atomically, 0600) for the workers.
         num_ps: ps ranks that watch the coordinator: indices ``num_workers`` to
@@ -135,6 +139,8 @@ class AdmissionServer:
         self, secret: bytes, bind: str, num_workers: int, address_file: str, num_ps: int = 0
     ) -> None:
         self.secret, self.num_workers, self.num_ps = secret, num_workers, num_ps
+        if not bind:  # workers on other hosts: the address this host's name resolves to
+            bind = socket.gethostbyname(socket.gethostname())
         self._listener = socket.create_server((bind, 0))
         host, port = self._listener.getsockname()[:2]
         self.address = (host, port)
@@ -258,6 +264,7 @@ class AdmissionServer:
                     return
                 self._claimed.add(index)
             sock.settimeout(None)
+            _keep_alive(sock)
             admitted = Admitted(index, sock, (ns, nc))
             self._events.put(("join", index, admitted))
         except (OSError, ConnectionError):
@@ -270,6 +277,25 @@ class AdmissionServer:
             if admitted is None:
                 with contextlib.suppress(OSError):
                     sock.close()
+
+
+def _keep_alive(sock: socket.socket) -> None:
+    """Probe an idle peer every second: a lost host (no end of file ever comes) is an error.
+
+    A process that dies closes its socket at once; a host that is lost (power, network) sends
+    nothing, so TCP keepalive probes it after `KEEPALIVE_IDLE_S` of silence, every
+    `KEEPALIVE_INTERVAL_S`, and after `KEEPALIVE_PROBES` unanswered probes the socket fails
+    (about 4 s). A stopped process's kernel still answers: hangs are left to the deadlines.
+    """
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (
+        ("TCP_KEEPIDLE", KEEPALIVE_IDLE_S),
+        ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL_S),
+        ("TCP_KEEPCNT", KEEPALIVE_PROBES),
+    ):
+        if hasattr(socket, name):
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
 
 
 def request_admission(

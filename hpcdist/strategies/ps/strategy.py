@@ -25,6 +25,7 @@ from __future__ import annotations
 import atexit
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -203,6 +204,10 @@ class ParameterServerStrategy(Strategy):
                 abort.install()
             server.serve()
             sock.close()
+            # Told to stop: the launcher tells this exit from a step that Slurm ended with
+            # code 0 when the worker's node failed.
+            stopped = Path(launch.address_file).parent / f"worker-{launch.index}.stopped"
+            write_private_text(stopped, f"{os.environ.get('HPCDIST_RESTART_COUNT', '0')}\n")
             sys.exit(0)
         channel = Channel()  # the server job: coordinator and ps ranks
         # The launcher runs the server job with ``-disable-auto-cleanup``: when a rank dies,
@@ -317,8 +322,8 @@ def _new_ps_variable(
 
 
 def _write_pid(path: Path) -> None:
-    """Write this process's pid to ``path`` (0600): the launcher tells which rank died."""
-    write_private_text(path, f"{os.getpid()}\n")
+    """Write ``HOST PID`` of this process to ``path`` (0600): the launcher tells which died."""
+    write_private_text(path, f"{socket.gethostname()} {os.getpid()}\n")
 
 
 def _check_tasks(tasks: list[tuple[Any, Any]], resolver: ClusterResolver) -> None:
