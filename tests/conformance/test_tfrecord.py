@@ -296,3 +296,55 @@ def test_records_match_tfs_bytes_on_disk(tmp_path):
         for record in SERIALIZED:
             writer.write(record)
     assert Path(ours).read_bytes() == Path(theirs).read_bytes()
+
+
+def uniform_tf_examples(count, label_step):
+    """Records as one writer makes them: 16 floats, a label ``i * label_step % 128`` (one
+    layout for all) or ``i * label_step`` (a step of 1000: varints of 1 to 3 bytes), 2 ids."""
+    rng = np.random.default_rng(count)
+    feature = tf.train.Feature
+    special = np.array([np.nan, np.inf, -np.inf, -0.0, 1e-45, 3.4e38], np.float32)
+    out = []
+
+    def label(i):
+        return i * label_step % 128 if label_step == 1 else i * label_step
+
+    for i in range(count):
+        x = rng.standard_normal(16).astype(np.float32)
+        x[i % 16] = special[i % len(special)]
+        example = tf.train.Example(
+            features=tf.train.Features(
+                feature={
+                    "x": feature(float_list=tf.train.FloatList(value=x)),
+                    "label": feature(int64_list=tf.train.Int64List(value=[label(i)])),
+                    "ids": feature(int64_list=tf.train.Int64List(value=[i % 7, 100])),
+                }
+            )
+        )
+        out.append(example.SerializeToString())
+    return out
+
+
+@pytest.mark.parametrize("label_step", [1, 1000], ids=["one-byte-labels", "wide-labels"])
+def test_batches_of_one_layout_parse_as_tf(label_step):
+    # 64 TF-written records of one layout: hpcdist reads their numbers straight from the bytes
+    # (hpcdist.io.layout) for one-byte varints, through protobuf for the wide labels.
+    records = uniform_tf_examples(64, label_step)
+    assert len({len(r) for r in records}) == (1 if label_step == 1 else 3)
+
+    def features(side):
+        io = tf.io if side == "tf" else hdio
+        dt = tf if side == "tf" else np
+        return {
+            "x": io.FixedLenFeature([4, 4], dt.float32),
+            "label": io.FixedLenFeature([], dt.int64),
+            "ids": io.FixedLenFeature([2], dt.int64),
+            "absent": io.FixedLenFeature([1], dt.float32, default_value=[7.0]),
+        }
+
+    tf_out = tf.io.parse_example(tf.constant(records), features("tf"))
+    hd_out = hdio.parse_example(records, features("hd"))
+    for key in tf_out:
+        a, b = tf_out[key].numpy(), hd_out[key]
+        assert a.shape == b.shape and a.dtype == b.dtype, key
+        assert a.tobytes() == b.tobytes(), key  # bit for bit: NaN, -0.0 and denormals included
