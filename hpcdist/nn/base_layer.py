@@ -122,7 +122,8 @@ class Layer:
         dtype: Any = "float32",
     ) -> None:
         self.name = name or _auto_name(snake_case(type(self).__name__))
-        self.trainable = trainable
+        self._trainable = bool(trainable)
+        self._created_trainable: list[Any] = []  # weights made trainable: `trainable` sets them
         self.dtype = as_dtype(dtype)  # TF names too: "string" is numpy object
         self.built = False
         self._weights: list[Any] = []
@@ -147,6 +148,8 @@ class Layer:
             value, name=f"{self.name}/{name}", trainable=trainable and self.trainable, dtype=dtype
         )
         self._weights.append(var)
+        if trainable:
+            self._created_trainable.append(var)
         reg = regularizers.get(regularizer)
         if reg is not None:
             self._regularized.append((var, reg))
@@ -158,6 +161,24 @@ class Layer:
 
     def _sublayers(self) -> list[Layer]:
         return []
+
+    @property
+    def trainable(self) -> bool:
+        """Whether the layer's weights train (Keras 3's rule for setting it).
+
+        Setting it sets every weight the layer created trainable (non-trainable ones, such as
+        moving statistics, stay so) and, recursively, every sublayer: ``model.trainable =
+        False`` freezes a whole model, nested models included, and ``True`` thaws it all.
+        """
+        return self._trainable
+
+    @trainable.setter
+    def trainable(self, value: bool) -> None:
+        self._trainable = bool(value)
+        for weight in self._created_trainable:
+            weight.trainable = self._trainable
+        for layer in self._sublayers():
+            layer.trainable = self._trainable
 
     @property
     def weights(self) -> list[Any]:

@@ -225,22 +225,6 @@ class BatchNormalization(Layer):
         self.moving_variance: Any = None
         self._rank: int | None = None
 
-    @property
-    def trainable(self) -> bool:
-        """Whether the layer trains; False freezes ``gamma`` and ``beta`` and runs inference.
-
-        As Keras 3: setting it also sets the trainability of the layer's trainable weights,
-        and a frozen layer normalises with its moving statistics even when ``training=True``.
-        """
-        return self._trainable
-
-    @trainable.setter
-    def trainable(self, value: bool) -> None:
-        self._trainable = bool(value)
-        for weight in (getattr(self, "gamma", None), getattr(self, "beta", None)):
-            if weight is not None:
-                weight.trainable = self._trainable
-
     def get_config(self) -> dict[str, Any]:
         """Constructor arguments (JSON-able)."""
         n = self.name
