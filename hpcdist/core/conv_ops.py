@@ -5,6 +5,7 @@ is one matrix product forward, slice by slice of the batch when the window matri
 backward, the kernel gradient is one product per slice (large window matrices are gathered
 again rather than kept) and the input gradient one product per kernel position added into a
 strided view (no window-gradient array).
+A depthwise convolution adds one strided view per kernel position (`depthwise_conv2d`).
 Max pooling works on one strided view per window position. Padding
 ``"same"`` follows TF: the output has ``ceil(size / stride)`` positions and the extra padding
 goes after (bottom/right) when the total is odd.
@@ -238,6 +239,87 @@ def conv2d(
         if bias is None:
             return gx, gk
         return gx, gk, (g2.sum(axis=0) if bias.trace else None)
+
+    return record(value, inputs, backward)
+
+
+def depthwise_conv2d(
+    x: Any, kernel: Any, strides: Any = 1, padding: str = "valid", bias: Any = None
+) -> Tensor:
+    """Per-channel 2-D cross-correlation of NHWC ``x`` (``tf.nn.depthwise_conv2d``).
+
+    Channel ``c`` is filtered by ``kernel[:, :, c, m]`` for each of the ``M`` multipliers; the
+    output channel ``c * M + m`` holds it (TF's order). With one small matrix per channel there
+    is no GEMM to win: each kernel position adds its strided view of the input times its
+    ``(C, M)`` slice of the kernel, forward and backward alike (no window array).
+
+    Args:
+        x: ``(batch, height, width, channels)``.
+        kernel: ``(kh, kw, channels, multiplier)``.
+        strides: An int or ``(sh, sw)``.
+        padding: ``"valid"`` or ``"same"``.
+        bias: Optional ``(channels * multiplier,)``.
+
+    Raises:
+        ValueError: Ranks or channel counts that do not fit, or a bad stride or padding.
+    """
+    x, kernel = same_device(as_tensor(x), as_tensor(kernel))
+    padding = _check_padding(padding)
+    strides = int_pair(strides, "strides")
+    if x.ndim != 4 or kernel.ndim != 4:
+        raise ValueError(
+            f"depthwise_conv2d expects a 4-D input and a 4-D kernel, got shapes {x.shape} and "
+            f"{kernel.shape}"
+        )
+    kh, kw, c, m = kernel.shape
+    if x.shape[3] != c:
+        raise ValueError(
+            f"depthwise_conv2d: the input has {x.shape[3]} channels, the kernel expects {c}"
+        )
+    inputs: tuple[Tensor, ...] = (x, kernel)
+    if bias is not None:
+        bias = same_device(as_tensor(bias), x)[0]
+        if bias.shape != (c * m,):
+            raise ValueError(f"depthwise_conv2d: bias must have shape ({c * m},), got {bias.shape}")
+        inputs = (x, kernel, bias)
+    window = (kh, kw)
+    padded, out_hw, top_left = _padded(x.value, window, strides, padding, 0.0)
+    xp = array_module(padded)
+    n, (oh, ow) = x.shape[0], out_hw
+    views = _window_views(padded, window, strides, out_hw)
+    k = kernel.value
+    value = xp.zeros((n, oh, ow, c, m), xp.result_type(padded, k))
+    part = xp.empty_like(value)
+    for index, view in enumerate(views):
+        i, j = divmod(index, kw)
+        xp.multiply(view[..., None], k[i, j], out=part)
+        value += part
+    value = value.reshape(n, oh, ow, c * m)
+    if bias is not None:
+        value += bias.value
+
+    def backward(g: Any) -> tuple[Any, ...]:
+        g5 = g.reshape(n, oh, ow, c, m)
+        gk = None
+        if kernel.trace:
+            gk = xp.empty(k.shape, g.dtype)
+            for index, view in enumerate(views):
+                i, j = divmod(index, kw)
+                gk[i, j] = xp.einsum("nhwc,nhwcm->cm", view, g5)
+        gx = None
+        if x.trace:
+            gpad = xp.zeros(padded.shape, g.dtype)
+            grad_views = _window_views(gpad, window, strides, out_hw)
+            for index, grad_view in enumerate(grad_views):
+                i, j = divmod(index, kw)
+                if m == 1:
+                    grad_view += g5[..., 0] * k[i, j, :, 0]
+                else:
+                    grad_view += xp.einsum("nhwcm,cm->nhwc", g5, k[i, j])
+            gx = _unpad(gpad, x.shape, top_left)
+        if bias is None:
+            return gx, gk
+        return gx, gk, (g.reshape(-1, c * m).sum(axis=0) if bias.trace else None)
 
     return record(value, inputs, backward)
 

@@ -2,7 +2,8 @@
 
 Dense, Embedding, Dropout, Flatten, Activation and ReLU here; LayerNormalization and
 BatchNormalization (`hpcdist.nn.normalization`), MultiHeadAttention (`hpcdist.nn.attention`),
-EinsumDense (`hpcdist.nn.einsum_dense`), Conv2D and MaxPooling2D (`hpcdist.nn.conv_layers`),
+EinsumDense (`hpcdist.nn.einsum_dense`), Conv2D, DepthwiseConv2D and MaxPooling2D
+(`hpcdist.nn.conv_layers`),
 Reshape (`hpcdist.nn.reshaping`), InputLayer (`hpcdist.nn.input_layer`), the merge layers
 (`hpcdist.nn.merge`), the average and global poolings (`hpcdist.nn.pooling`), ZeroPadding2D
 (`hpcdist.nn.reshaping`), Softmax (`hpcdist.nn.activation_layers`) and the `Layer` base class
@@ -24,7 +25,7 @@ from hpcdist.nn.activation_layers import Softmax
 from hpcdist.nn.attention import MultiHeadAttention
 from hpcdist.nn.base_layer import Layer, float_input
 from hpcdist.nn.category_encoding import CategoryEncoding
-from hpcdist.nn.conv_layers import Conv2D, MaxPooling2D
+from hpcdist.nn.conv_layers import Conv2D, DepthwiseConv2D, MaxPooling2D
 from hpcdist.nn.einsum_dense import EinsumDense
 from hpcdist.nn.embedding import embedding_lookup
 from hpcdist.nn.hashing import Hashing
@@ -74,6 +75,7 @@ __all__ = [
     "Concatenate",
     "Conv2D",
     "Dense",
+    "DepthwiseConv2D",
     "Dropout",
     "EinsumDense",
     "Embedding",

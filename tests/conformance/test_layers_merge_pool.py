@@ -1,4 +1,5 @@
-"""Merge layers, poolings, ZeroPadding2D, Softmax and the GELU/SiLU activations against Keras 3.
+"""Merge layers, poolings, ZeroPadding2D, Softmax, the GELU/SiLU activations, DepthwiseConv2D
+and grouped Conv2D against Keras 3.
 
 Each case builds the same layer on both sides (Keras 3 on TF 2.21, and hpcdist), gives it the
 same weights and inputs, and compares the output and the gradients of ``sum(output * w)``
@@ -220,3 +221,48 @@ def test_max_pooling_gradient_of_ties_goes_to_the_first_maximum(pool, strides, p
         return out, tape.gradient(loss, v)
 
     conform(case)
+
+
+CONVS = {
+    "depthwise-valid": (lambda k: k.layers.DepthwiseConv2D(3), (2, 6, 6, 3), [(3, 3, 3, 1), (3,)]),
+    "depthwise-same-stride-2-multiplier-2": (
+        lambda k: k.layers.DepthwiseConv2D(3, strides=2, padding="same", depth_multiplier=2),
+        (2, 7, 5, 3),
+        [(3, 3, 3, 2), (6,)],
+    ),
+    "depthwise-2x3-multiplier-3-relu-no-bias": (
+        lambda k: k.layers.DepthwiseConv2D(
+            (2, 3), depth_multiplier=3, activation="relu", use_bias=False
+        ),
+        (2, 5, 6, 2),
+        [(2, 3, 2, 3)],
+    ),
+    "conv-groups-2-same": (
+        lambda k: k.layers.Conv2D(6, 3, padding="same", groups=2),
+        (2, 5, 5, 4),
+        [(3, 3, 2, 6), (6,)],
+    ),
+    "conv-groups-4-stride-2": (
+        lambda k: k.layers.Conv2D(8, 2, strides=2, groups=4, activation="relu"),
+        (2, 6, 6, 8),
+        [(2, 2, 2, 8), (8,)],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONVS))
+def test_depthwise_and_grouped_convolutions(name):
+    make, shape, weight_shapes = CONVS[name]
+    weights = [data(w, 10 + i) for i, w in enumerate(weight_shapes)]
+    conform(run_layer, make, (shape,), None, weights)
+
+
+def test_grouped_and_depthwise_errors():
+    def case(lib, make, shape):
+        return make(lib.keras)(data(shape, 0))
+
+    for make, shape in (
+        (lambda k: k.layers.Conv2D(6, 3, groups=4), (1, 5, 5, 4)),  # filters not divisible
+        (lambda k: k.layers.Conv2D(6, 3, groups=3), (1, 5, 5, 4)),  # channels not divisible
+    ):
+        conform(case, make, shape)
