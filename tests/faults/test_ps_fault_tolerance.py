@@ -206,6 +206,26 @@ def test_a_signal_to_the_launcher_ends_every_job(tmp_path):
     assert not _settle(str(tmp_path))
 
 
+def test_a_program_blocked_after_a_ps_died_is_aborted_at_the_ps_failure_deadline(tmp_path):
+    # The coordinator's program never calls schedule/join/done after the ps died: the abort
+    # timer, armed by the admission thread the moment the ps's socket ended, aborts the server
+    # job PS_FAILURE_ABORT_SECONDS (30 s) later with the message naming the ps.
+    args = ["--ps", "2", "--workers", "2", MODES, "kill_ps_block", str(tmp_path)]
+    t0 = time.monotonic()
+    result = _launch(args, timeout=120)
+    elapsed = time.monotonic() - t0
+    out = result.stdout + result.stderr
+    assert "KILLING" in result.stdout and "SURVIVED" not in result.stdout, out[-3000:]
+    assert result.returncode != 0
+    named = re.search(r"^hpcdist run: (.*) of the server job died", result.stderr, re.M)
+    assert named is not None and "ps 1 (rank 2)" in named.group(1), out[-3000:]
+    assert not _settle(str(tmp_path))
+    if "did not end within 30 s; aborting the server job" not in result.stderr:
+        pytest.xfail("MPICH's hydra ended the coordinator together with the dead ps")
+    assert "ps 1 (rank 2 of the server job) died" in result.stderr, out[-3000:]
+    assert 30 <= elapsed < 60, elapsed
+
+
 @pytest.mark.parametrize("mode", ["kill_ps", "kill_ps_schedule"])
 def test_a_dead_ps_raises_unavailable_naming_it_and_the_launch_ends(tmp_path, mode):
     # testPSPreemptionErrorType, testJoinRaisesUnavailableErrorAtPsFailure and

@@ -41,6 +41,7 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from hpcdist.errors import UnavailableError
@@ -133,12 +134,21 @@ class AdmissionServer:
         address_file: Where ``host port`` is written (atomically, 0600) for the workers.
         num_ps: ps ranks that watch the coordinator: indices ``num_workers`` to
             ``num_workers + num_ps``, excluded.
+        on_ps_death: Called in this object's thread with the index of a ps whose socket
+            ended, before the event is queued (it must make no MPI call).
     """
 
     def __init__(
-        self, secret: bytes, bind: str, num_workers: int, address_file: str, num_ps: int = 0
+        self,
+        secret: bytes,
+        bind: str,
+        num_workers: int,
+        address_file: str,
+        num_ps: int = 0,
+        on_ps_death: Callable[[int], None] | None = None,
     ) -> None:
         self.secret, self.num_workers, self.num_ps = secret, num_workers, num_ps
+        self._on_ps_death = on_ps_death
         if not bind:  # workers on other hosts: the address this host's name resolves to
             bind = socket.gethostbyname(socket.gethostname())
         self._listener = socket.create_server((bind, 0))
@@ -229,6 +239,8 @@ class AdmissionServer:
         admitted.sock.close()
         with self._lock:
             self._claimed.discard(admitted.index)
+        if admitted.index >= self.num_workers and self._on_ps_death is not None:
+            self._on_ps_death(admitted.index)  # at once, whatever the dispatch loop does
         self._events.put(("dead", admitted.index, None))
 
     def _new_peer(self) -> None:

@@ -121,8 +121,17 @@ class FaultTolerantCoordinatorRuntime(CoordinatorRuntime):
         self.launch = launch
         self.secret = bytes.fromhex(launch.secret)
         self.port = open_port()
+        self._abort_lock = threading.Lock()
+        self._abort_timer: threading.Timer | None = None  # armed when a ps dies
+        self._ending = False  # shutdown has begun (with _abort_lock)
+        self._died: UnavailableError | None = None  # the first ps death (with _abort_lock)
         self.admission = AdmissionServer(
-            self.secret, launch.bind, launch.num_workers, launch.address_file, launch.num_ps
+            self.secret,
+            launch.bind,
+            launch.num_workers,
+            launch.address_file,
+            launch.num_ps,
+            on_ps_death=self._ps_socket_ended,
         )
         self._kill_requests: set[Path] = set()  # hung workers the launcher is asked to kill
         self.watched_ps: set[int] = set()  # ps ranks whose socket the admission thread watches
@@ -353,30 +362,48 @@ class FaultTolerantCoordinatorRuntime(CoordinatorRuntime):
         would never reach its next ``schedule``/``join``/``done``: after
         `PS_FAILURE_ABORT_SECONDS` a timer aborts the job with the same message.
         """
-        self.fatal = UnavailableError(
-            f"ps {ps} (rank {rank} of the server job) died: its process ended and the "
-            "coordinator cannot reach its variables; restart the whole job from its last "
-            "checkpoint (hpcdist run --max-restarts K restarts it)"
-        )
+        self.fatal = _ps_died_error(ps, rank)
         get_logger().error("%s", self.fatal)
-        note = Path(self.launch.address_file).parent / "failure"  # for the launcher's report
-        with contextlib.suppress(OSError):  # whole or absent, even if hydra kills us now
-            write_private_text(note, f"ps {ps} (rank {rank})\n")
-        timer = threading.Timer(PS_FAILURE_ABORT_SECONDS, self._abort_at_ps_failure)
-        timer.daemon = True
-        timer.start()
+        self._arm_ps_failure(ps, rank)
 
-    def _abort_at_ps_failure(self) -> None:
-        abort_job(
-            f"hpcdist: {self.fatal} (the program did not end within "
-            f"{PS_FAILURE_ABORT_SECONDS:g} s; aborting the server job)",
-            PS_FAILURE_EXIT_CODE,
-        )
+    def _ps_socket_ended(self, index: int) -> None:
+        """The admission thread saw ps ``index - W``'s socket end: arm the abort at once.
+
+        Runs in the admission thread (no MPI call), so that a program that never calls
+        ``schedule``/``join``/``done`` again (blocked on the dead ps, or computing) is still
+        aborted `PS_FAILURE_ABORT_SECONDS` after the death; `ps_failure` follows when the
+        dispatch loop next runs.
+        """
+        ps = index - self.launch.num_workers
+        self._arm_ps_failure(ps, self.roles.ps[ps])
+
+    def _arm_ps_failure(self, ps: int, rank: int) -> None:
+        """Write the launcher's note and start the abort timer (once, for the first ps)."""
+        with self._abort_lock:
+            if self._abort_timer is not None or self._ending:
+                return
+            note = Path(self.launch.address_file).parent / "failure"  # for the launcher
+            with contextlib.suppress(OSError):  # whole or absent, even if hydra kills us now
+                write_private_text(note, f"ps {ps} (rank {rank})\n")
+            self._died = _ps_died_error(ps, rank)
+            message = (
+                f"hpcdist: {self._died} (the program did not end within "
+                f"{PS_FAILURE_ABORT_SECONDS:g} s; aborting the server job)"
+            )
+            timer = threading.Timer(
+                PS_FAILURE_ABORT_SECONDS, abort_job, (message, PS_FAILURE_EXIT_CODE)
+            )
+            timer.daemon = True
+            self._abort_timer = timer
+            timer.start()
 
     def shutdown(self) -> None:
         """End the job; after a ps died, abort the server job (MPI cannot end it in order)."""
-        if self.fatal is not None:
-            abort_job(f"hpcdist: the job ends: {self.fatal}", PS_FAILURE_EXIT_CODE)
+        with self._abort_lock:
+            self._ending = True  # the ps ranks are told to stop: their sockets' end is no death
+            died = self._died
+        if self.fatal is not None or died is not None:  # a ps died, seen by either thread
+            abort_job(f"hpcdist: the job ends: {self.fatal or died}", PS_FAILURE_EXIT_CODE)
         super().shutdown()
 
     # -- end of the job -----------------------------------------------------------------------
@@ -389,6 +416,14 @@ class FaultTolerantCoordinatorRuntime(CoordinatorRuntime):
         self.workers = {}
         self.admission.close()
         close_port(self.port)
+
+
+def _ps_died_error(ps: int, rank: int) -> UnavailableError:
+    return UnavailableError(
+        f"ps {ps} (rank {rank} of the server job) died: its process ended and the "
+        "coordinator cannot reach its variables; restart the whole job from its last "
+        "checkpoint (hpcdist run --max-restarts K restarts it)"
+    )
 
 
 class _AcceptGuard:

@@ -12,6 +12,9 @@
   proxy) while functions update variables on every ps: ``join`` (``schedule``) raises
   `UnavailableError` naming that ps, and so do the next ``join``, ``done`` and ``schedule``
   (``CHECK <mode> PASS``); the program then exits and the server job is aborted;
+* ``kill_ps_block``: as ``kill_ps``, but the program then never calls the coordinator again
+  (it sleeps 120 s, as one blocked on the dead ps would): 30 s after the death
+  (``PS_FAILURE_ABORT_SECONDS``) the server job is aborted with the message naming the ps;
 * ``ps_restart``: under ``--max-restarts 1``: the first attempt saves a checkpoint and loses a
   ps as ``kill_ps``; the second restores it and goes on (``CHECK ps_restart PASS``);
 * ``single``: under plain ``mpiexec -n 4`` (``HPCDIST_NUM_PS=1``): SIGKILL a worker; the MPI
@@ -63,7 +66,7 @@ elif MODE == "ps_restart" and os.environ.get("HPCDIST_RESTART_COUNT") == "1":
     coordinator.schedule(lambda: total.assign_add(np.float32(1)))
     coordinator.join()
     check("ps_restart", float(total.read_value()) == saved + 1 == 21, saved)
-elif MODE in ("kill_ps", "kill_ps_schedule", "ps_restart"):
+elif MODE in ("kill_ps", "kill_ps_schedule", "kill_ps_block", "ps_restart"):
     # testPSPreemptionErrorType, testJoinRaisesUnavailableErrorAtPsFailure,
     # testScheduleRaisesUnavailableErrorAtPsFailure: functions that update a variable on
     # every ps run; the last ps rank is SIGKILLed; join (or schedule) raises UnavailableError
@@ -87,6 +90,10 @@ elif MODE in ("kill_ps", "kill_ps_schedule", "ps_restart"):
     print("KILLING", ps[victim], flush=True)
     t0 = time.monotonic()
     os.kill(ps[victim], signal.SIGKILL)
+    if MODE == "kill_ps_block":
+        time.sleep(120)  # never back in schedule/join/done: only the abort timer ends this
+        print("SURVIVED", flush=True)
+        sys.exit(0)
     raised = None
     try:
         if MODE == "kill_ps_schedule":
