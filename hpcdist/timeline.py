@@ -8,6 +8,8 @@ records, in memory, spans of:
   dtype, the communicator and the call's sequence number on it, from this rank's arrival to its
   return (the straggler analysis matches the same call across ranks by that number);
 * ``step`` events: each ``strategy.run`` (custom loops and ``fit``);
+* ``input`` events: each wait of a distributed dataset's iterator for this rank's next element
+  (its pipeline's time not hidden by prefetching);
 * ``checkpoint`` events: save and restore;
 * ``ps`` events: a function scheduled, sent to a worker, run there, its result back.
 

@@ -6,6 +6,9 @@ rank) and summarises it:
 * per kind of operation (``collective/allreduce``, ``step/strategy.run``, ``ps/remote ...``):
   count, total and mean time over all ranks, bytes, and achieved bandwidth (bytes per second of
   the median call, counting each rank's input once);
+* the input share: per rank, the time its distributed iterators waited for their next
+  element (``input`` events) against that plus its ``step`` time, the share of a training
+  loop spent waiting for data;
 * a straggler table: each collective call is matched across ranks by its communicator and call
   number; the rank that arrived last is the straggler of that call, and its lateness is its
   arrival minus the first rank's. Per rank: how often it was last, and how late on average.
@@ -84,9 +87,18 @@ def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
         }
         for r in ranks
     }
+    waits = {r: {"input_s": 0.0, "step_s": 0.0} for r in ranks}
+    for e in events:
+        cat = e.get("cat")
+        if cat in ("input", "step"):
+            waits[int(e["pid"])][f"{cat}_s"] += float(e["dur"]) * 1e-6
+    for row in waits.values():
+        busy = row["input_s"] + row["step_s"]
+        row["share"] = row["input_s"] / busy if busy > 0 else 0.0
     return {
         "ranks": ranks,
         "kinds": per_kind,
+        "input": waits,
         "collectives_matched": matched,
         "stragglers": stragglers,
     }
@@ -104,6 +116,13 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"{kind[:40]:<40} {row['count']:>7} {row['total_s']:>9.3f} {row['mean_ms']:>9.3f} "
             f"{row['bytes']:>12} {rate:>7}"
         )
+    waits = summary.get("input", {})
+    if any(row["input_s"] for row in waits.values()):
+        lines += ["", f"{'rank':>6} {'input s':>9} {'step s':>9} {'input share':>12}"]
+        for rank, row in waits.items():
+            lines.append(
+                f"{rank:>6} {row['input_s']:>9.3f} {row['step_s']:>9.3f} {row['share']:>12.1%}"
+            )
     lines += [
         "",
         f"stragglers ({summary['collectives_matched']} collective calls matched across ranks):",

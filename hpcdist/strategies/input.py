@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hpcdist import errors as hpcdist_errors
+from hpcdist import timeline
 from hpcdist.comm.reduce_op import ReduceOp
 from hpcdist.data.autoshard import auto_shard
 from hpcdist.data.dataset import Dataset
@@ -95,6 +96,7 @@ class DistributedIterator:
         if self._exhausted:
             return False, None
         error: Exception | None = None
+        begin = timeline.now() if timeline.active() else 0.0
         try:
             element = next(self._source)
             has = True
@@ -102,6 +104,8 @@ class DistributedIterator:
             element, has = None, False
         except Exception as exc:  # agreed on below: every rank raises, none waits
             element, has, error = None, False, exc
+        if begin:  # the time this rank waited for its pipeline (the "input" share of a step)
+            timeline.record("input", "next element", begin, timeline.now())
         comm = self._strategy.extended.communicator
         if comm is not None and comm.size > 1:
             missing, failed = comm.allreduce(

@@ -27,7 +27,7 @@ def check_trace_format(doc: dict, ranks: int) -> list[dict]:
             continue
         assert isinstance(e["ts"], float | int) and isinstance(e["dur"], float | int), e
         assert e["dur"] >= 0, e
-        assert e["cat"] in ("collective", "step", "ps", "checkpoint"), e
+        assert e["cat"] in ("collective", "step", "ps", "checkpoint", "input"), e
         complete.append(e)
     assert sorted(p for p, n in names if n == "process_name") == list(range(ranks))
     by_track = defaultdict(list)
@@ -51,7 +51,8 @@ def test_trace_of_a_two_rank_job_and_its_straggler(tmp_path) -> None:
         assert kinds[(rank, "collective", "allreduce")] >= 20
         assert kinds[(rank, "collective", "grouped_allreduce")] == 20
         assert kinds[(rank, "collective", "broadcast")] >= 20
-        assert kinds[(rank, "step", "strategy.run")] == 20
+        assert kinds[(rank, "step", "strategy.run")] == 30
+        assert kinds[(rank, "input", "next element")] == 11  # 10 batches, then the end
         assert kinds[(rank, "checkpoint", "snapshot")] == 1
         assert kinds[(rank, "checkpoint", "read and verify")] == 1
     assert kinds[(0, "checkpoint", "write")] == 1  # the chief writes
@@ -69,6 +70,9 @@ def test_trace_of_a_two_rank_job_and_its_straggler(tmp_path) -> None:
     early = summary["stragglers"][0]
     total = {rank: row["last"] * row["mean_late_ms"] for rank, row in ((0, early), (1, late))}
     assert total[1] >= 20 * 10 and total[0] < total[1] / 2, summary["stragglers"]
+    # rank 1's pipeline sleeps 20 ms a batch: its iterator waits for input, rank 0's hardly
+    waits = summary["input"]
+    assert waits[1]["input_s"] >= 10 * 0.02 and waits[1]["share"] > waits[0]["share"], waits
     cli = subprocess.run(
         [sys.executable, "-m", "hpcdist", "timeline", str(trace)],
         capture_output=True,
@@ -79,6 +83,7 @@ def test_trace_of_a_two_rank_job_and_its_straggler(tmp_path) -> None:
     assert (
         cli.returncode == 0 and "stragglers" in cli.stdout and "collective/allreduce" in cli.stdout
     )
+    assert "input share" in cli.stdout, cli.stdout
 
 
 def test_parameter_server_functions_on_the_timeline(tmp_path) -> None:
