@@ -92,20 +92,27 @@ class DistributedIterator:
     def __iter__(self) -> DistributedIterator:
         return self
 
+    def _pull(self, *default: Any) -> Any:
+        """``next(source, *default)``; the wait is a timeline ``input`` event when recording."""
+        if not timeline.active():
+            return next(self._source, *default)
+        begin = timeline.now()
+        try:
+            return next(self._source, *default)
+        finally:  # the time this rank waited for its pipeline (the input share of a step)
+            timeline.record("input", "next element", begin, timeline.now())
+
     def _fetch(self) -> tuple[bool, Any]:
         if self._exhausted:
             return False, None
         error: Exception | None = None
-        begin = timeline.now() if timeline.active() else 0.0
         try:
-            element = next(self._source)
+            element = self._pull()
             has = True
         except StopIteration:
             element, has = None, False
         except Exception as exc:  # agreed on below: every rank raises, none waits
             element, has, error = None, False, exc
-        if begin:  # the time this rank waited for its pipeline (the "input" share of a step)
-            timeline.record("input", "next element", begin, timeline.now())
         comm = self._strategy.extended.communicator
         if comm is not None and comm.size > 1:
             missing, failed = comm.allreduce(
@@ -366,7 +373,7 @@ class PerReplicaIterator(DistributedIterator):
         several = comm is not None and comm.size > 1
         error: Exception | None = None
         try:
-            group = next(self._source, [])
+            group = self._pull([])
         except Exception as exc:  # agreed on below: every rank raises, none waits
             if not several:
                 raise
