@@ -3,6 +3,8 @@
 # Idempotent: installs the Debian packages if missing, writes the config, starts what is not
 # running, and waits until the node is idle. Needs root and apt. Prints "slurm: ready" on success.
 set -euo pipefail
+# shellcheck source=scripts/slurm-settings.sh
+source "$(dirname "$0")/slurm-settings.sh"
 packages="slurmctld slurmd slurm-client munge libpmix2 libpmix-dev"
 if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
   export DEBIAN_FRONTEND=noninteractive
@@ -21,26 +23,13 @@ chmod 0400 /etc/munge/munge.key
 cat >/etc/slurm/slurm.conf <<CONF
 ClusterName=hpcdist
 SlurmctldHost=${host}(127.0.0.1)
-SlurmUser=root
-AuthType=auth/munge
-MpiDefault=none
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SlurmdParameters=config_overrides
-ReturnToService=2
-MailProg=/bin/true
+$(slurm_settings)
 StateSaveLocation=/var/spool/slurmctld
 SlurmdSpoolDir=/var/spool/slurmd
 SlurmctldLogFile=/var/log/slurm/slurmctld.log
 SlurmdLogFile=/var/log/slurm/slurmd.log
 SlurmctldPidFile=/run/slurmctld.pid
 SlurmdPidFile=/run/slurmd.pid
-SchedulerParameters=nohold_on_prolog_fail
-KillWait=5
-MinJobAge=30
 NodeName=${host} NodeAddr=127.0.0.1 CPUs=16 RealMemory=8000 State=UNKNOWN
 PartitionName=debug Nodes=${host} Default=YES MaxTime=INFINITE State=UP
 CONF

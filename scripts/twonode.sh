@@ -31,6 +31,8 @@
 # through SLURM_CONF; nothing of a single-node Slurm on this machine is touched. `slurm CMD`
 # runs CMD in the login namespace with SLURM_CONF set, bounded by TWONODE_LIMIT.
 set -euo pipefail
+# shellcheck source=scripts/slurm-settings.sh
+source "$(dirname "$0")/slurm-settings.sh"
 state=${TWONODE_STATE:-/tmp/hpcdist-twonode}
 limit=${TWONODE_LIMIT:-600}
 nodes=(node-a node-b)
@@ -229,28 +231,15 @@ slurm_up() {
   cat >"$dir/slurm.conf" <<CONF
 ClusterName=twonode
 SlurmctldHost=login($net.254)
-SlurmUser=root
-AuthType=auth/munge
+$(slurm_settings)
 AuthInfo=socket=$socket
 CredType=cred/munge
-MpiDefault=none
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SlurmdParameters=config_overrides
-ReturnToService=2
-MailProg=/bin/true
 StateSaveLocation=$dir/ctld
 SlurmdSpoolDir=$dir/%n
 SlurmctldLogFile=$dir/slurmctld.log
 SlurmdLogFile=$dir/slurmd-%n.log
 SlurmctldPidFile=$dir/slurmctld.pid
 SlurmdPidFile=$dir/slurmd-%n.pid
-SchedulerParameters=nohold_on_prolog_fail
-KillWait=5
-MinJobAge=30
 SlurmdTimeout=10
 NodeName=node-a NodeAddr=$net.1 CPUs=8 RealMemory=4000 State=UNKNOWN
 NodeName=node-b NodeAddr=$net.2 CPUs=8 RealMemory=4000 State=UNKNOWN

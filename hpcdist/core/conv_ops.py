@@ -164,6 +164,44 @@ def _unpad(grad: Any, shape: tuple[int, ...], top_left: tuple[int, int]) -> Any:
     return grad[:, top : top + shape[1], left : left + shape[2], :]
 
 
+def _conv_arguments(
+    op: str, x: Any, kernel: Any, strides: Any, padding: str
+) -> tuple[Tensor, Tensor, tuple[int, int], str]:
+    """``x`` and ``kernel`` as tensors on one device, the strides and padding, all checked.
+
+    Raises:
+        ValueError: Not 4-D, channel counts that differ, a bad stride or padding.
+    """
+    x, kernel = same_device(as_tensor(x), as_tensor(kernel))
+    padding = _check_padding(padding)
+    strides = int_pair(strides, "strides")
+    if x.ndim != 4 or kernel.ndim != 4:
+        raise ValueError(
+            f"{op} expects a 4-D input and a 4-D kernel, got shapes {x.shape} and {kernel.shape}"
+        )
+    if x.shape[3] != kernel.shape[2]:
+        raise ValueError(
+            f"{op}: the input has {x.shape[3]} channels, the kernel expects {kernel.shape[2]}"
+        )
+    return x, kernel, strides, padding
+
+
+def _conv_bias(
+    op: str, bias: Any, x: Tensor, kernel: Tensor, size: int
+) -> tuple[Tensor | None, tuple[Tensor, ...]]:
+    """The bias as a tensor beside ``x`` (None stays None) and the op's inputs for the tape.
+
+    Raises:
+        ValueError: The bias is not ``(size,)``.
+    """
+    if bias is None:
+        return None, (x, kernel)
+    bias = same_device(as_tensor(bias), x)[0]
+    if bias.shape != (size,):
+        raise ValueError(f"{op}: bias must have shape ({size},), got {bias.shape}")
+    return bias, (x, kernel, bias)
+
+
 def conv2d(
     x: Any, kernel: Any, strides: Any = 1, padding: str = "valid", bias: Any = None
 ) -> Tensor:
@@ -182,24 +220,9 @@ def conv2d(
     Raises:
         ValueError: Ranks or channel counts that do not fit, or a bad stride or padding.
     """
-    x, kernel = same_device(as_tensor(x), as_tensor(kernel))
-    padding = _check_padding(padding)
-    strides = int_pair(strides, "strides")
-    if x.ndim != 4 or kernel.ndim != 4:
-        raise ValueError(
-            f"conv2d expects a 4-D input and a 4-D kernel, got shapes {x.shape} and {kernel.shape}"
-        )
-    if x.shape[3] != kernel.shape[2]:
-        raise ValueError(
-            f"conv2d: the input has {x.shape[3]} channels, the kernel expects {kernel.shape[2]}"
-        )
+    x, kernel, strides, padding = _conv_arguments("conv2d", x, kernel, strides, padding)
     filters = kernel.shape[3]
-    inputs: tuple[Tensor, ...] = (x, kernel)
-    if bias is not None:
-        bias = same_device(as_tensor(bias), x)[0]
-        if bias.shape != (filters,):
-            raise ValueError(f"conv2d: bias must have shape ({filters},), got {bias.shape}")
-        inputs = (x, kernel, bias)
+    bias, inputs = _conv_bias("conv2d", bias, x, kernel, filters)
     window = (kernel.shape[0], kernel.shape[1])
     padded, out_hw, top_left = _padded(x.value, window, strides, padding, 0.0)
     n, oh, ow = x.shape[0], out_hw[0], out_hw[1]
@@ -263,25 +286,9 @@ def depthwise_conv2d(
     Raises:
         ValueError: Ranks or channel counts that do not fit, or a bad stride or padding.
     """
-    x, kernel = same_device(as_tensor(x), as_tensor(kernel))
-    padding = _check_padding(padding)
-    strides = int_pair(strides, "strides")
-    if x.ndim != 4 or kernel.ndim != 4:
-        raise ValueError(
-            f"depthwise_conv2d expects a 4-D input and a 4-D kernel, got shapes {x.shape} and "
-            f"{kernel.shape}"
-        )
+    x, kernel, strides, padding = _conv_arguments("depthwise_conv2d", x, kernel, strides, padding)
     kh, kw, c, m = kernel.shape
-    if x.shape[3] != c:
-        raise ValueError(
-            f"depthwise_conv2d: the input has {x.shape[3]} channels, the kernel expects {c}"
-        )
-    inputs: tuple[Tensor, ...] = (x, kernel)
-    if bias is not None:
-        bias = same_device(as_tensor(bias), x)[0]
-        if bias.shape != (c * m,):
-            raise ValueError(f"depthwise_conv2d: bias must have shape ({c * m},), got {bias.shape}")
-        inputs = (x, kernel, bias)
+    bias, inputs = _conv_bias("depthwise_conv2d", bias, x, kernel, c * m)
     window = (kh, kw)
     padded, out_hw, top_left = _padded(x.value, window, strides, padding, 0.0)
     xp = array_module(padded)

@@ -28,6 +28,20 @@ def _padding(padding: str) -> str:
     return padding
 
 
+def _image_channels(layer: str, kind: str, input_shape: tuple[int, ...]) -> int:
+    """The channels of ``(batch, height, width, channels)`` inputs.
+
+    Raises:
+        ValueError: The inputs are not of rank 4.
+    """
+    if len(input_shape) != 4:
+        raise ValueError(
+            f"{layer}: {kind} expects inputs of rank 4 (batch, height, width, channels), got "
+            f"shape {tuple(input_shape)}"
+        )
+    return int(input_shape[-1])
+
+
 class Conv2D(KernelBiasLayer):
     """``activation(conv2d(inputs, kernel) + bias)`` on ``(batch, height, width, channels)``.
 
@@ -98,12 +112,7 @@ class Conv2D(KernelBiasLayer):
         Raises:
             ValueError: The input is not ``(batch, height, width, channels)``.
         """
-        if len(input_shape) != 4:
-            raise ValueError(
-                f"{self.name}: Conv2D expects inputs of rank 4 (batch, height, width, "
-                f"channels), got shape {tuple(input_shape)}"
-            )
-        channels = int(input_shape[-1])
+        channels = _image_channels(self.name, "Conv2D", input_shape)
         if channels % self.groups:
             raise ValueError(
                 f"{self.name}: the number of input channels must be evenly divisible by the "
@@ -217,12 +226,7 @@ class DepthwiseConv2D(KernelBiasLayer):
         Raises:
             ValueError: The input is not ``(batch, height, width, channels)``.
         """
-        if len(input_shape) != 4:
-            raise ValueError(
-                f"{self.name}: DepthwiseConv2D expects inputs of rank 4 (batch, height, width, "
-                f"channels), got shape {tuple(input_shape)}"
-            )
-        channels = int(input_shape[-1])
+        channels = _image_channels(self.name, "DepthwiseConv2D", input_shape)
         self._build_kernel_bias(
             (*self.kernel_size, channels, self.depth_multiplier), channels * self.depth_multiplier
         )
