@@ -269,6 +269,7 @@ STACK = [
     "control",
     "store",
     "remote_store",
+    "ps_failure",
     "membership",
     "partitioners",
     "variables",

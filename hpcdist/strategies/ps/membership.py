@@ -25,7 +25,6 @@ with a `hpcdist.strategies.ps.remote_store.RemoteStore` for the variables.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import threading
@@ -33,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hpcdist.abort import ABORT_EXIT_CODE, abort_job
+from hpcdist.abort import abort_job
 from hpcdist.cluster.launched import PSLaunch
 from hpcdist.comm.p2p import (
     Channel,
@@ -47,17 +46,15 @@ from hpcdist.errors import UnavailableError
 from hpcdist.logger import get_logger
 from hpcdist.strategies.ps.admission import AdmissionServer, Admitted
 from hpcdist.strategies.ps.control import CoordinatorRuntime
+from hpcdist.strategies.ps.ps_failure import PS_FAILURE_EXIT_CODE, PsFailure, ps_died_error
 from hpcdist.strategies.ps.remote_store import VariableServer
 from hpcdist.strategies.ps.roles import Roles
 from hpcdist.strategies.ps.runtime import TAG_CANCEL, TAG_COMMAND, TAG_RESULT, Segments
 from hpcdist.strategies.ps.serving import ServingRuntime
-from hpcdist.utils.files import write_private_text
 from hpcdist.utils.waiting import Waiter
 
 __all__ = [
     "GUARD_SECONDS",
-    "PS_FAILURE_ABORT_SECONDS",
-    "PS_FAILURE_EXIT_CODE",
     "SERVE_YIELD_SECONDS",
     "FaultTolerantCoordinatorRuntime",
     "FaultTolerantServingRuntime",
@@ -69,13 +66,8 @@ __all__ = [
 #: After answering a worker, a ps rank polls, yielding the processor, this long before it
 #: sleeps between polls.
 SERVE_YIELD_SECONDS = 0.005
-#: Seconds after a ps died within which the coordinator's program must end by itself; then
-#: the server job is aborted.
-PS_FAILURE_ABORT_SECONDS = 30.0
 #: How often a worker's socket is looked at while the server job accepts it.
 GUARD_SECONDS = 0.005
-#: The server job's exit code when a ps died (``MPI_Abort``'s code, as an uncaught error's).
-PS_FAILURE_EXIT_CODE = ABORT_EXIT_CODE
 
 
 def launch_roles(launch: PSLaunch) -> Roles:
@@ -121,10 +113,7 @@ class FaultTolerantCoordinatorRuntime(CoordinatorRuntime):
         self.launch = launch
         self.secret = bytes.fromhex(launch.secret)
         self.port = open_port()
-        self._abort_lock = threading.Lock()
-        self._abort_timer: threading.Timer | None = None  # armed when a ps dies
-        self._ending = False  # shutdown has begun (with _abort_lock)
-        self._died: UnavailableError | None = None  # the first ps death (with _abort_lock)
+        self.failure = PsFailure(Path(launch.address_file).parent)
         self.admission = AdmissionServer(
             self.secret,
             launch.bind,
@@ -358,50 +347,22 @@ class FaultTolerantCoordinatorRuntime(CoordinatorRuntime):
 
         MPI cannot survive the dead rank inside the server job: nothing may wait on it any
         more (`poll_result` and `membership_changes` stop; `shutdown` aborts the job). A
-        program blocked in an operation on the dead ps (a variable read on the coordinator)
-        would never reach its next ``schedule``/``join``/``done``: after
-        `PS_FAILURE_ABORT_SECONDS` a timer aborts the job with the same message.
+        program that never reaches its next ``schedule``/``join``/``done`` is aborted by the
+        timer of `hpcdist.strategies.ps.ps_failure` (armed here or, earlier, by the admission
+        thread: `_ps_socket_ended`).
         """
-        self.fatal = _ps_died_error(ps, rank)
+        self.fatal = ps_died_error(ps, rank)
         get_logger().error("%s", self.fatal)
-        self._arm_ps_failure(ps, rank)
+        self.failure.arm(ps, rank)
 
     def _ps_socket_ended(self, index: int) -> None:
-        """The admission thread saw ps ``index - W``'s socket end: arm the abort at once.
-
-        Runs in the admission thread (no MPI call), so that a program that never calls
-        ``schedule``/``join``/``done`` again (blocked on the dead ps, or computing) is still
-        aborted `PS_FAILURE_ABORT_SECONDS` after the death; `ps_failure` follows when the
-        dispatch loop next runs.
-        """
+        """The admission thread saw ps ``index - W``'s socket end: arm the abort at once."""
         ps = index - self.launch.num_workers
-        self._arm_ps_failure(ps, self.roles.ps[ps])
-
-    def _arm_ps_failure(self, ps: int, rank: int) -> None:
-        """Write the launcher's note and start the abort timer (once, for the first ps)."""
-        with self._abort_lock:
-            if self._abort_timer is not None or self._ending:
-                return
-            note = Path(self.launch.address_file).parent / "failure"  # for the launcher
-            with contextlib.suppress(OSError):  # whole or absent, even if hydra kills us now
-                write_private_text(note, f"ps {ps} (rank {rank})\n")
-            self._died = _ps_died_error(ps, rank)
-            message = (
-                f"hpcdist: {self._died} (the program did not end within "
-                f"{PS_FAILURE_ABORT_SECONDS:g} s; aborting the server job)"
-            )
-            timer = threading.Timer(
-                PS_FAILURE_ABORT_SECONDS, abort_job, (message, PS_FAILURE_EXIT_CODE)
-            )
-            timer.daemon = True
-            self._abort_timer = timer
-            timer.start()
+        self.failure.arm(ps, self.roles.ps[ps])
 
     def shutdown(self) -> None:
         """End the job; after a ps died, abort the server job (MPI cannot end it in order)."""
-        with self._abort_lock:
-            self._ending = True  # the ps ranks are told to stop: their sockets' end is no death
-            died = self._died
+        died = self.failure.ending()  # the ps ranks are told to stop: no death from now on
         if self.fatal is not None or died is not None:  # a ps died, seen by either thread
             abort_job(f"hpcdist: the job ends: {self.fatal or died}", PS_FAILURE_EXIT_CODE)
         super().shutdown()
@@ -416,14 +377,6 @@ class FaultTolerantCoordinatorRuntime(CoordinatorRuntime):
         self.workers = {}
         self.admission.close()
         close_port(self.port)
-
-
-def _ps_died_error(ps: int, rank: int) -> UnavailableError:
-    return UnavailableError(
-        f"ps {ps} (rank {rank} of the server job) died: its process ended and the "
-        "coordinator cannot reach its variables; restart the whole job from its last "
-        "checkpoint (hpcdist run --max-restarts K restarts it)"
-    )
 
 
 class _AcceptGuard:
