@@ -22,6 +22,17 @@ def mpiexec() -> str:
     return found
 
 
+def read_log(path: Path) -> str:
+    """A job's output file as text ("" if not there yet); bytes that are not UTF-8 replaced.
+
+    A dying process's UCX warnings can carry raw memory into the log.
+    """
+    try:
+        return path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
 def clean_env(**extra: str) -> dict[str, str]:
     """The environment without Slurm or hpcdist variables, plus ``extra``."""
     env = {

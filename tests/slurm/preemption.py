@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tests.helpers import read_log
+
 Run = Callable[..., subprocess.CompletedProcess]
 SCRIPT = "tests/integration/scripts/preemptible_train.py"
 
@@ -76,20 +78,20 @@ def check_preempted_job_resumes(
     job = sub.stdout.strip().split(";")[0]
     try:
         deadline = time.monotonic() + 120
-        while "starting at step" not in (out.read_text() if out.exists() else ""):
+        while "starting at step" not in read_log(out):
             assert time.monotonic() < deadline, job_state(run, job)[1]
             time.sleep(0.5)
         time.sleep(2.0)  # a few steps in
         signal = run(["scancel", "--signal=USR2", job], timeout=30)  # to the job's steps
         assert signal.returncode == 0, signal.stderr
         state, text = wait_state(run, job, {"PENDING", "REQUEUED", "COMPLETED", "FAILED"}, 120)
-        assert state in ("PENDING", "REQUEUED"), text + (out.read_text() if out.exists() else "")
+        assert state in ("PENDING", "REQUEUED"), text + read_log(out)
         # slurmd refuses a credential issued in the second its job was revoked ("Job credential
         # revoked"): let the clock move past the requeue before starting the job again.
         time.sleep(2.0)
         run(["scontrol", "update", f"JobId={job}", "StartTime=now"], timeout=30)
         state, text = wait_state(run, job, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, 150)
-        log = out.read_text()
+        log = read_log(out)
         assert state == "COMPLETED", text + log
     finally:
         run(["scancel", job], timeout=30)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, read_log
 from tests.slurm.preemption import check_preempted_job_resumes
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="starting Slurm daemons needs root")
@@ -51,6 +51,7 @@ def run(cmd, timeout=120, **extra):
         cwd=ROOT,
         capture_output=True,
         text=True,
+        errors="replace",
         timeout=timeout + 20,
         env=dict(env(), **extra),
     )
@@ -113,10 +114,8 @@ def test_sbatch_cpu_template_and_hpcdist_run_inside_an_allocation(tmp_path):
         timeout=220,
         env=e,
     )
-    assert result.returncode == 0, (
-        result.stderr + out.read_text() if out.exists() else result.stderr
-    )
-    assert "digits: 2 replica(s), 3 epochs" in out.read_text()
+    assert result.returncode == 0, result.stderr + read_log(out)
+    assert "digits: 2 replica(s), 3 epochs" in read_log(out)
     out2 = tmp_path / "run.out"
     wrapped = f"{Path(sys.executable).parent}/hpcdist run -n 2 examples/strategy_tour.py"
     result = subprocess.run(
@@ -127,7 +126,7 @@ def test_sbatch_cpu_template_and_hpcdist_run_inside_an_allocation(tmp_path):
         timeout=220,
         env=env(),
     )
-    text = out2.read_text() if out2.exists() else ""
+    text = read_log(out2)
     assert result.returncode == 0, result.stderr + text
     assert "on 2 replica(s)" in text  # srun --mpi=pmi2 started both ranks inside the allocation
 
@@ -143,7 +142,7 @@ def _sbatch_wait(script, out, extra_env, timeout=240):
         timeout=timeout + 20,
         env=e,
     )
-    text = out.read_text() if out.exists() else ""
+    text = read_log(out)
     assert result.returncode == 0, result.stderr + text
     return text
 

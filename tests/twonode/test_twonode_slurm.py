@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, clean_env
+from tests.helpers import ROOT, clean_env, read_log
 from tests.slurm.preemption import check_preempted_job_resumes
 from tests.twonode.conftest import SCRIPT
 
@@ -37,6 +37,7 @@ class TwoNodeSlurm:
             ["bash", SCRIPT, "slurm", *cmd],
             capture_output=True,
             text=True,
+            errors="replace",
             timeout=timeout + 30,
             env=environ,
             cwd=ROOT,
@@ -51,6 +52,7 @@ class TwoNodeSlurm:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            errors="replace",
             env=environ,
             cwd=ROOT,
         )
@@ -60,7 +62,7 @@ class TwoNodeSlurm:
         job = self.run(
             ["sbatch", "--wait", f"--output={out}", *args], timeout, PYTHON=sys.executable, **env
         )
-        text = out.read_text() if out.exists() else ""
+        text = read_log(out)
         assert job.returncode == 0, job.stderr + text
         return text
 
@@ -188,12 +190,12 @@ def test_workers_of_a_lost_node_are_restarted_on_the_other_node(slurm, tmp_path)
     )
     try:
         deadline = time.monotonic() + 120
-        while "JOINED" not in (out.read_text() if out.exists() else ""):
+        while "JOINED" not in read_log(out):
             assert job.poll() is None and time.monotonic() < deadline, job.communicate()
             time.sleep(0.2)
         subprocess.run(["bash", SCRIPT, "lose", "node-b"], check=True, timeout=60)
         stdout, stderr = job.communicate(timeout=260)
-        text = out.read_text()
+        text = read_log(out)
         assert job.returncode == 0, stdout + stderr + text
     finally:
         if job.poll() is None:
