@@ -90,11 +90,13 @@ up() {
   local holders=() pids=() i name
   for i in 0 1; do
     name=${nodes[$i]}
-    # PID 1 of the node sets it up, then sleeps until killed (then the kernel ends the rest).
+    # PID 1 of the node sets it up, then waits until killed (then the kernel ends the rest),
+    # reaping the orphans the node's processes leave (a plain `sleep` as PID 1 would not).
     unshare --fork --kill-child --pid --mount-proc --net --uts --ipc --propagation private \
       bash -c "hostname $name && mount -t tmpfs tmpfs /dev/shm \
         && mount --bind '$state/hosts' /etc/hosts && ip link set lo up \
-        && touch '$state/ready-$name' && exec sleep infinity" </dev/null >/dev/null 2>&1 &
+        && touch '$state/ready-$name' \
+        && exec bash -c 'while :; do sleep 3600 & wait \$!; done'" </dev/null >/dev/null 2>&1 &
     holders+=($!)
     disown $!
   done
