@@ -5,12 +5,7 @@
 set -euo pipefail
 # shellcheck source=scripts/slurm-settings.sh
 source "$(dirname "$0")/slurm-settings.sh"
-packages="slurmctld slurmd slurm-client munge libpmix2 libpmix-dev"
-if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >/dev/null
-  apt-get install -y -qq --no-install-recommends $packages >/dev/null
-fi
+slurm_install
 host=$(hostname -s)
 mkdir -p /etc/slurm /var/spool/slurmctld /var/spool/slurmd /var/log/slurm /run/munge
 chown munge:munge /run/munge

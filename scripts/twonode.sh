@@ -24,7 +24,7 @@
 # (default 600). Layout A+B: A ranks on node-a, B on node-b (B may be 0).
 # State (PIDs, hosts file, wrapper) lives in TWONODE_STATE (default /tmp/hpcdist-twonode).
 #
-# `slurm up` adds a two-node Slurm (Debian's packages; installed by scripts/slurm-up.sh when
+# `slurm up` adds a two-node Slurm (Debian's packages; installed by scripts/slurm-settings.sh when
 # missing): its own munged (own socket and key under the state directory), slurmctld in the
 # login namespace (host `login`, 10.77.0.254) and one slurmd in each node's namespaces
 # (`slurmd -N node-a`, own spool directory and PID file), all reading one slurm.conf of two nodes
@@ -216,12 +216,7 @@ slurm_up() {
   is_up || { echo "twonode: the cluster is not up (run \`$0 up\` first)" >&2; return 1; }
   local dir=$state/slurm node i
   if [ -s "$dir/pids" ] && kill -0 $(cat "$dir/pids") 2>/dev/null; then return 0; fi
-  if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >/dev/null
-    apt-get install -y -qq --no-install-recommends \
-      slurmctld slurmd slurm-client munge libpmix2 libpmix-dev >/dev/null
-  fi
+  slurm_install
   rm -rf "$dir"
   mkdir -p "$dir/ctld" "$dir/munge" "$dir/node-a" "$dir/node-b"
   chown munge:munge "$dir/munge"

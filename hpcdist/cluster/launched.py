@@ -21,6 +21,7 @@ from mpi4py import MPI
 
 from hpcdist.cluster.simple import SimpleClusterResolver
 from hpcdist.errors import ClusterConfigError
+from hpcdist.utils.files import write_private_text
 
 __all__ = ["PSLaunch", "launched_resolver", "read_launch", "write_launch"]
 
@@ -53,9 +54,7 @@ class PSLaunch:
 
 def write_launch(path: str | os.PathLike[str], launch: PSLaunch) -> None:
     """Write ``launch`` to ``path``, readable and writable by this user only (0600)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(dataclasses.asdict(launch), f)
+    write_private_text(path, json.dumps(dataclasses.asdict(launch)))
 
 
 def read_launch(path: str | os.PathLike[str]) -> PSLaunch:

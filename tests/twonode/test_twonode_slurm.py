@@ -29,31 +29,34 @@ PATH = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
 class TwoNodeSlurm:
     """Runs Slurm commands on the login node of the two-node cluster."""
 
-    def run(self, cmd: list[str], timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
-        """``cmd`` (srun, sbatch, scontrol...) on the login node, bounded; text output."""
+    @staticmethod
+    def _environ(timeout: float, **env: str) -> dict[str, str]:
+        """The environment without hpcdist's and Slurm's, ``env`` added, bounded by ``timeout``."""
         environ = clean_env(PATH=PATH, PYTHONDONTWRITEBYTECODE="1", **env)
         environ["TWONODE_LIMIT"] = str(int(timeout))
+        return environ
+
+    def run(self, cmd: list[str], timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
+        """``cmd`` (srun, sbatch, scontrol...) on the login node, bounded; text output."""
         return subprocess.run(
             ["bash", SCRIPT, "slurm", *cmd],
             capture_output=True,
             text=True,
             errors="replace",
             timeout=timeout + 30,
-            env=environ,
+            env=self._environ(timeout, **env),
             cwd=ROOT,
         )
 
     def start(self, cmd: list[str], timeout: float = 240, **env: str) -> subprocess.Popen:
         """``cmd`` on the login node in the background (bounded by ``timeout``); text pipes."""
-        environ = clean_env(PATH=PATH, PYTHONDONTWRITEBYTECODE="1", PYTHON=sys.executable, **env)
-        environ["TWONODE_LIMIT"] = str(int(timeout))
         return subprocess.Popen(
             ["bash", SCRIPT, "slurm", *cmd],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
             errors="replace",
-            env=environ,
+            env=self._environ(timeout, PYTHON=sys.executable, **env),
             cwd=ROOT,
         )
 
