@@ -16,6 +16,7 @@ import numpy as np
 
 from hpcdist.core import math_ops as ops
 from hpcdist.core.autodiff import record
+from hpcdist.core.contraction import contract
 from hpcdist.core.tensors import Tensor, as_tensor
 from hpcdist.nn import initializers
 from hpcdist.nn.base_layer import float_input
@@ -65,12 +66,12 @@ def einsum(equation: str, a: Any, b: Any) -> Tensor:
             f"received shapes {tuple(a.shape)} and {tuple(b.shape)}"
         )
     xp = array_module(a.value, b.value)
-    value = xp.einsum(equation, a.value, b.value, optimize=True)
+    value = contract(spec_a, spec_b, spec_out, a.value, b.value, xp)
 
     def backward(g: Any) -> tuple[Any, Any]:
-        ga = xp.einsum(f"{spec_out},{spec_b}->{spec_a}", g, b.value, optimize=True)
-        gb = xp.einsum(f"{spec_out},{spec_a}->{spec_b}", g, a.value, optimize=True)
-        return (ga if a.trace else None), (gb if b.trace else None)
+        ga = contract(spec_out, spec_b, spec_a, g, b.value, xp) if a.trace else None
+        gb = contract(spec_out, spec_a, spec_b, g, a.value, xp) if b.trace else None
+        return ga, gb
 
     return record(value, (a, b), backward)
 
