@@ -50,6 +50,33 @@ def test_erf_matches_math_erf_to_float64_precision():
         special_ops.erf(np.arange(3))
 
 
+def test_float32_erf_is_within_three_float32_ulps_of_math_erf():
+    x = np.concatenate([np.linspace(-7, 7, 20001), [1e-30, 2.0, -2.0, 6.0]]).astype(np.float32)
+    got = special_ops.erf(x).numpy()
+    assert got.dtype == np.float32
+    expected = np.array([math.erf(v) for v in x.astype(np.float64)])
+    ulps = np.abs(got - expected) / np.spacing(np.abs(expected).astype(np.float32))
+    assert ulps.max() <= 3.0, (ulps.max(), x[np.argmax(ulps)])
+    half = special_ops.erf(x.astype(np.float16)).numpy()
+    assert half.dtype == np.float16
+    np.testing.assert_allclose(half, expected, atol=1e-3)
+
+
+def test_normal_cdf_keeps_its_relative_accuracy_in_the_left_tail():
+    v = np.linspace(-8.4, 8.4, 8001)
+    expected = np.array([0.5 * math.erfc(-t / math.sqrt(2)) for t in v])
+    np.testing.assert_allclose(special_ops.normal_cdf_values(v), expected, rtol=5e-13, atol=0)
+    v32 = v.astype(np.float32)
+    f32 = special_ops.normal_cdf_values(v32)
+    assert f32.dtype == np.float32
+    expected = np.array([0.5 * math.erfc(-t / math.sqrt(2)) for t in v32.astype(np.float64)])
+    left = v < -5.5  # cdf < 2e-8: 1 + erf in float32 would keep no digit of it; erfc keeps five
+    np.testing.assert_allclose(f32[left], expected[left], rtol=1e-5, atol=0)
+    np.testing.assert_allclose(f32, expected, rtol=5e-5, atol=2e-7)
+    assert np.isnan(special_ops.normal_cdf_values(np.array([np.nan])))[0]
+    assert special_ops.normal_cdf_values(np.array([-40.0, 40.0])).tolist() == [0.0, 1.0]
+
+
 def test_gelu_and_silu_values():
     x = np.linspace(-5, 5, 101)
     exact = np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x])
