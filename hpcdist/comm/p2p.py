@@ -50,6 +50,9 @@ __all__ = [
 #: Receive from any rank (`Channel.poll`, `Channel.wait_message`).
 ANY_SOURCE: int = MPI.ANY_SOURCE
 
+#: Receives of messages whose sender died before their end came (`Channel.abandon`): held, not
+#: freed, as MPI may still write into their buffers.
+_ABANDONED: list[MPI.Request] = []
 _TAGS: dict[int, str] = {}
 _TAGS_LOCK = threading.Lock()
 
@@ -171,7 +174,10 @@ class Channel:
     ``HPCDIST_TIMEOUT_SECONDS``: `hpcdist.comm.creation.dup` names the ranks that never join);
     `free` releases the duplicate (collective, once; later calls do nothing). Sends and
     receives are those of mpi4py's lowercase methods (pickled objects); a message for one tag
-    from one rank arrives in order.
+    from one rank arrives in order. `poll` never blocks, even on a message whose sender dies
+    halfway through sending it (its start is matched, its end never comes): the message is
+    received without blocking (``improbe`` + ``irecv``), and one not complete yet stays pending
+    in the channel until a later `poll` finds it complete; `abandon` drops it with the channel.
 
     Args:
         comm: The communicator to duplicate; by default ``MPI.COMM_WORLD``.
@@ -195,6 +201,8 @@ class Channel:
             )
         self.rank: int = self._comm.Get_rank()
         self.size: int = self._comm.Get_size()
+        #: ``(source, tag)`` polled -> ``(sender, receive)`` of a matched message not complete.
+        self._receiving: dict[tuple[int, int], tuple[int, MPI.Request]] = {}
 
     @classmethod
     def accept(cls, port: str, over: Channel, root: int = 0) -> Channel:
@@ -266,36 +274,32 @@ class Channel:
             add_pickled("p2p.send", obj)
         return Posted(self._comm.isend(obj, dest=dest, tag=tag))
 
-    def probe(self, source: int = ANY_SOURCE, tag: int = MPI.ANY_TAG) -> int | None:
-        """The rank of a message waiting to be received from ``source`` with ``tag``, or None.
-
-        Probing also drives MPI's progress (e.g. of other ranks' RMA on this rank's memory).
-        """
-        status = MPI.Status()
-        if not self._comm.Iprobe(source=source, tag=tag, status=status):
-            return None
-        return status.Get_source()
-
-    def recv_now(self, source: int, tag: int) -> Any:
-        """Receive a message known to be waiting (after `probe`), blocking."""
-        return self._comm.recv(source=source, tag=tag)
-
     def poll(self, source: int, tag: int) -> tuple[int, Any] | None:
-        """``(source rank, message)`` of a message waiting from ``source`` with ``tag``, or None."""
-        if source == ANY_SOURCE:
-            found = self.probe(source, tag)
-            if found is None:
+        """``(source rank, message)`` of a message arrived from ``source`` with ``tag``, or None.
+
+        Never blocks: a message whose start has arrived but not its end (a large one on its
+        way, or one whose sender died while sending it) is received in the background, and
+        None is returned until it is complete; messages from that ``source`` with that ``tag``
+        behind it wait for it (they arrive in order).
+        """
+        key = (source, tag)
+        pending = self._receiving.pop(key, None)
+        if pending is None:
+            status = MPI.Status()
+            message = self._comm.improbe(source=source, tag=tag, status=status)
+            if message is None:
                 return None
-            return found, self._comm.recv(source=found, tag=tag)
-        if not self._comm.Iprobe(source=source, tag=tag):
+            pending = (status.Get_source(), message.irecv())
+        done, obj = pending[1].test()
+        if not done:
+            self._receiving[key] = pending
             return None
-        return source, self._comm.recv(source=source, tag=tag)
+        return pending[0], obj
 
     def drain(self, source: int, tag: int) -> int:
-        """Receive and drop every message already waiting from ``source`` with ``tag``; count."""
+        """Receive and drop every message already arrived from ``source`` with ``tag``; count."""
         count = 0
-        while self._comm.Iprobe(source=source, tag=tag):
-            self._comm.recv(source=source, tag=tag)
+        while self.poll(source, tag) is not None:
             count += 1
         return count
 
@@ -324,6 +328,7 @@ class Channel:
     def free(self) -> None:
         """Collective: release the private communicator (once)."""
         comm, self._comm = self._comm, MPI.COMM_NULL
+        self._receiving = {}
         if comm != MPI.COMM_NULL:
             comm.Free()
 
@@ -331,9 +336,13 @@ class Channel:
         """Stop using a channel whose peer died: nothing waits on, frees or probes it again.
 
         Freeing it would take part in a collective with a dead process; its handle is left
-        to MPI (one per dead peer) and every later use of this object raises.
+        to MPI (one per dead peer) and every later use of this object raises. So is a
+        message of the dead peer's that `poll` was still receiving: a receive of a matched
+        message cannot be cancelled, and its end will never come.
         """
         self._comm = MPI.COMM_NULL
+        _ABANDONED.extend(request for _, request in self._receiving.values())
+        self._receiving = {}
 
     def _late(
         self, what: str, peer: int, tag: int, timeout: float | None

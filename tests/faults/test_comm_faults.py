@@ -1,4 +1,4 @@
-"""Communication faults: a stopped rank, an object that cannot be pickled.
+"""Communication faults: a stopped rank, an unpicklable object, a sender dying mid-message.
 
 Every job runs as a subprocess under a wall-clock bound (`tests.faults.scripts.comm_job`), so a
 hang fails the test; whatever is left of a job (a stopped rank) is continued and killed.
@@ -7,11 +7,14 @@ hang fails the test; whatever is left of a job (a stopped rank) is continued and
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import time
 
 import pytest
 
 from tests.faults.scripts.comm_job import alive, run_job
+from tests.helpers import ROOT, clean_env, mpiexec
 
 DEADLINE = 3.0
 
@@ -61,3 +64,34 @@ def test_an_object_that_cannot_be_pickled_raises_on_every_rank(n, deadline):
         assert f"rank {rank} usable" in job.output, job.output
     # Immediately: nobody waits for the deadline.
     assert job.elapsed < 30, job.output
+
+
+def test_a_sender_dying_halfway_through_its_message_does_not_block_the_receivers_poll(tmp_path):
+    # Two one-process jobs joined on a port (as `hpcdist run --workers`): the start of a 256 MiB
+    # message arrives, its sender is SIGKILLed; a blocking receive would wait for ever.
+    script = "tests/faults/scripts/p2p_dying_sender.py"
+    env = clean_env(UCX_RNDV_THRESH="inf")
+    jobs = [
+        subprocess.Popen(
+            [mpiexec(), "-n", "1", sys.executable, script, role, str(tmp_path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
+        for role in ("accept", "connect")
+    ]
+    try:
+        out = jobs[0].communicate(timeout=60)[0]
+        jobs[1].wait(timeout=30)
+    finally:
+        for job in jobs:
+            job.kill()
+            job.wait()
+    assert jobs[0].returncode == 0, out
+    assert "MATCHED" in out and "DONE" in out, out
+    polled = re.search(r"POLLED none in 2 s, slowest poll (\S+) ms", out)
+    assert polled, out  # not "COMPLETE": the message must have been cut short
+    assert float(polled.group(1)) < 100, out
+    assert jobs[1].returncode != 0  # the sender was killed
