@@ -45,6 +45,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hpcdist.errors import UnavailableError
+from hpcdist.logger import get_logger
 from hpcdist.utils.files import write_private_text
 
 __all__ = ["MAGIC", "AdmissionServer", "Admitted", "request_admission", "watch_coordinator"]
@@ -256,12 +257,15 @@ class AdmissionServer:
             with self._lock:
                 self.rejected += 1
             sock.close()
+            get_logger().warning(
+                "admission: a peer was refused: %d handshakes already running", MAX_HANDSHAKES
+            )
             return
         threading.Thread(target=self._handshake, args=(sock,), daemon=True).start()
 
     def _handshake(self, sock: socket.socket) -> None:
         """Admit ``sock``'s peer if it proves the secret; else close it (nothing changes)."""
-        admitted = None
+        admitted, why = None, ""
         try:
             sock.settimeout(HANDSHAKE_SECONDS)
             ns = secrets.token_bytes(_NONCE)
@@ -269,17 +273,24 @@ class AdmissionServer:
             hello = _recv_exact(sock, _HELLO)
             index_bytes, nc, mac = hello[:4], hello[4 : 4 + _NONCE], hello[4 + _NONCE :]
             if not hmac.compare_digest(mac, _mac(self.secret, b"worker", ns, nc, index_bytes)):
+                why = "it did not prove the job's secret"
                 return
             index = struct.unpack(">I", index_bytes)[0]
             with self._lock:
-                if index >= self.num_workers + self.num_ps or index in self._claimed:
-                    return
-                self._claimed.add(index)
+                if index >= self.num_workers + self.num_ps:
+                    why = f"expected an index below {self.num_workers + self.num_ps}, got {index}"
+                elif index in self._claimed:
+                    why = f"index {index} is held by a peer whose socket is still open"
+                else:
+                    self._claimed.add(index)
+            if why:
+                return
             sock.settimeout(None)
             _keep_alive(sock)
             admitted = Admitted(index, sock, (ns, nc))
             self._events.put(("join", index, admitted))
-        except (OSError, ConnectionError):
+        except (OSError, ConnectionError) as exc:
+            why = f"its handshake failed ({HANDSHAKE_SECONDS:g} s allowed): {exc!r}"
             return
         finally:
             with self._lock:
@@ -289,6 +300,7 @@ class AdmissionServer:
             if admitted is None:
                 with contextlib.suppress(OSError):
                     sock.close()
+                get_logger().warning("admission: a peer was refused: %s", why)
 
 
 def _keep_alive(sock: socket.socket) -> None:
