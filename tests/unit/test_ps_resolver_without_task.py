@@ -67,3 +67,40 @@ def test_every_rank_raises_when_some_rank_has_no_task(tmp_path):
         message = (out / f"rank{rank}").read_text()
         assert "gave no task on 2 of 3 rank(s) (rank 0: task_type=None" in message
         assert "rank 2: task_type=None, task_id=None" in message
+
+
+_THREADS_SCRIPT = textwrap.dedent(
+    """
+    import os, sys
+    import mpi4py
+    mpi4py.rc.thread_level = "serialized" if os.environ["PMI_RANK"] == "2" else "multiple"
+    import hpcdist as hd
+    from mpi4py import MPI
+
+    rank = MPI.COMM_WORLD.Get_rank()
+    try:
+        hd.ParameterServerStrategy()
+    except hd.errors.ClusterConfigError as exc:
+        with open(os.path.join(sys.argv[1], f"rank{rank}"), "w") as f:
+            f.write(str(exc))
+        sys.exit(0)
+    sys.exit(3)
+    """
+)
+
+
+def test_every_rank_raises_when_some_rank_runs_below_thread_multiple(tmp_path):
+    # The coordinator's dispatcher and a worker's batch watchdog call MPI beside the user's
+    # thread: a rank below MPI_THREAD_MULTIPLE is an error on every rank, not a hang.
+    script = tmp_path / "threads.py"
+    script.write_text(_THREADS_SCRIPT)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = clean_env(HPCDIST_TIMEOUT_SECONDS="30", HPCDIST_NUM_PS="1")
+    done = run_mpi(3, [str(script), str(out)], timeout=90, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["rank0", "rank1", "rank2"]
+    for rank in range(3):
+        message = (out / f"rank{rank}").read_text()
+        assert message.startswith(f"rank {rank}: ParameterServerStrategy expected MPI_THREAD")
+        assert "lower thread level (MPI.Query_thread()) on rank(s) [2]" in message

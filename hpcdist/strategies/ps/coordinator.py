@@ -16,6 +16,8 @@ another worker: at-least-once) is raised once, by the next `schedule`, `join` or
 point functions still queued are cancelled (their `RemoteValue` raises `CancelledError`),
 functions already sent (the rest of a batch too) finish, and the error is cleared.
 
+Threads: ``_lock`` guards the loop's state and MPI calls; reads outside it are hints, re-checked.
+
 Liveness (`hpcdist.strategies.ps.liveness`), checked every `CHECK_SECONDS`: a function running
 longer than ``HPCDIST_STALL_WARNING_SECONDS`` is named in a warning; past
 ``HPCDIST_TIMEOUT_SECONDS`` it fails with `DeadlineExceededError` (an error like any other under

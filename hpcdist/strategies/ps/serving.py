@@ -23,11 +23,12 @@ import cloudpickle
 import numpy as np
 
 from hpcdist import timeline
-from hpcdist.comm.p2p import Channel
+from hpcdist.comm.p2p import Channel, threads_supported
 from hpcdist.core.autodiff import Tensor
 from hpcdist.core.variables import Variable
 from hpcdist.data.nest import map_structure
 from hpcdist.errors import OutOfRangeError
+from hpcdist.logger import get_logger
 from hpcdist.strategies.ps.roles import Roles
 from hpcdist.strategies.ps.runtime import (
     SPIN_SECONDS,
@@ -70,7 +71,8 @@ class ServingRuntime(Runtime):
         self.unloadable: dict[int, str] = {}
         self.resources: dict[int, Any] = {}  # per-worker datasets and iterators
         self._results, self._back, self._end, self._running = None, 0, 0, 0  # with _reply_lock
-        self._item_start, self._reply_lock, self._watchdog = 0.0, threading.Lock(), None
+        self._item_start, self._reply_lock = 0.0, threading.Lock()
+        self._watchdog: threading.Thread | bool | None = None  # False: not allowed (thread level)
 
     # -- the serve loop -----------------------------------------------------------------------
 
@@ -150,8 +152,7 @@ class ServingRuntime(Runtime):
     def run_batch(self, items: list[tuple[Any, ...]], single: bool = False) -> None:
         """Run a ``batch`` (``single``: a ``run``) in order and send the results (see above)."""
         if len(items) > 1 and self._watchdog is None:
-            self._watchdog = threading.Thread(target=self._watch, daemon=True)
-            self._watchdog.start()
+            self._watchdog = self._start_watchdog()
         coordinator, looked = self.roles.coordinator, time.perf_counter()
         self._results, self._end, self._back = [], len(items), 0
         with self.strategy.scope():
@@ -187,6 +188,24 @@ class ServingRuntime(Runtime):
         reply = self._results[0][:3] if single else (self._results, self._back)
         self.channel.send(_dumps_results(reply), self.roles.coordinator, TAG_RESULT)
         self._results, self._back = [], 0
+
+    def _start_watchdog(self) -> threading.Thread | bool:
+        """The thread of `_watch`, or False where MPI does not allow a second calling thread.
+
+        The watchdog sends on the control channel while the user's function runs (and may do
+        RMA) on this thread: only ``MPI_THREAD_MULTIPLE`` allows that (`threads_supported`).
+        Below it, no item is given back early: a batch behind a long item waits for it.
+        """
+        if not threads_supported():
+            get_logger().warning(
+                "%s: MPI runs below MPI_THREAD_MULTIPLE (MPI.Query_thread()), so the functions "
+                "of a batch behind one that runs long are not given back to other workers",
+                self._who(),
+            )
+            return False
+        thread = threading.Thread(target=self._watch, name="hpcdist-batch-watch", daemon=True)
+        thread.start()
+        return thread
 
     def _watch(self) -> None:
         """Thread: an item runs past `WATCH_SECONDS`: send results so far, give back the rest."""

@@ -36,7 +36,7 @@ from hpcdist import abort
 from hpcdist.cluster.base import ClusterResolver
 from hpcdist.cluster.launched import PSLaunch, launched_resolver, read_launch
 from hpcdist.cluster.resolve import resolve
-from hpcdist.comm.p2p import Channel
+from hpcdist.comm.p2p import Channel, threads_supported
 from hpcdist.core.variables import (
     VariableAggregation,
     VariableSynchronization,
@@ -148,9 +148,12 @@ class ParameterServerStrategy(Strategy):
         channel = Channel()  # the control channel, over every rank of the job
         if cluster_resolver is None:
             cluster_resolver = _default_resolver(channel.size, settings.num_ps)
-        tasks = channel.allgather((cluster_resolver.task_type, cluster_resolver.task_id))
+        me = (cluster_resolver.task_type, cluster_resolver.task_id, threads_supported())
+        gathered = channel.allgather(me)
+        tasks = [(t, i) for t, i, _ in gathered]
         try:
             _check_tasks(tasks, cluster_resolver)
+            _check_thread_level([multiple for _, _, multiple in gathered], channel.rank)
             roles = Roles.from_tasks([(str(t), int(i)) for t, i in tasks])
         except ClusterConfigError:
             channel.free()
@@ -354,6 +357,24 @@ def _check_tasks(tasks: list[tuple[Any, Any]], resolver: ClusterResolver) -> Non
         "use hd.cluster.MPIClusterResolver(jobs={'chief': 1, 'ps': P, 'worker': W}), or pass no "
         "resolver and set HPCDIST_NUM_PS=P (rank 0 is the chief, the next P ranks the ps)"
     )
+
+
+def _check_thread_level(multiple: list[bool], rank: int) -> None:
+    """Every rank must run under ``MPI_THREAD_MULTIPLE`` (the same check everywhere).
+
+    The coordinator's dispatcher thread and the user's threads call MPI, and so do a
+    worker's batch watchdog (`hpcdist.strategies.ps.serving`) and its functions.
+
+    Raises:
+        ClusterConfigError: Some rank runs below it (its ranks named).
+    """
+    low = [r for r, ok in enumerate(multiple) if not ok]
+    if low:
+        raise ClusterConfigError(
+            f"rank {rank}: ParameterServerStrategy expected MPI_THREAD_MULTIPLE on every rank, "
+            f"got a lower thread level (MPI.Query_thread()) on rank(s) {low}: do not lower "
+            "mpi4py.rc.thread_level"
+        )
 
 
 def _default_resolver(size: int, num_ps: int | None) -> ClusterResolver:
