@@ -241,13 +241,21 @@ def conv2d(
         value += bias.value
     value = value.reshape(n, oh, ow, filters)
 
+    # The padded copy is not kept for backward (the input is, by the tape): the kernel gradient
+    # pads each slice of the batch again as it gathers its windows.
+    padded_shape, copied = padded.shape, padded is not x.value
+    del padded
+
     def kernel_gradient(g2: Any) -> Any:
         if kept_cols is not None:
             return (kept_cols.T @ g2).reshape(kernel.shape)
         grad = xp.zeros(flat_kernel.shape, g2.dtype)
         part = xp.empty(flat_kernel.shape, g2.dtype)
         for start, stop in chunks:
-            cols = _im2col(padded[start:stop], window, strides, out_hw)
+            images = x.value[start:stop]
+            if copied:
+                images = _padded(images, window, strides, padding, 0.0)[0]
+            cols = _im2col(images, window, strides, out_hw)
             xp.matmul(cols.T, g2[start * per_image : stop * per_image], out=part)
             grad += part
         return grad.reshape(kernel.shape)
@@ -257,7 +265,7 @@ def conv2d(
         gk = kernel_gradient(g2) if kernel.trace else None
         gx = None
         if x.trace:
-            gpad = _input_gradient(g2, kernel.value, padded.shape, strides, out_hw)
+            gpad = _input_gradient(g2, kernel.value, padded_shape, strides, out_hw)
             gx = _unpad(gpad, x.shape, top_left)
         if bias is None:
             return gx, gk
