@@ -85,4 +85,5 @@ def expand_dims(x: Any, axis: int) -> Tensor:
     """``x`` with a new axis of size 1 at ``axis`` (``tf.expand_dims``)."""
     x = _tensor(x)
     xp = array_module(x.value)
-    return record(xp.expand_dims(x.value, axis), (x,), lambda g: (g.reshape(x.shape),))
+    shape = x.shape
+    return record(xp.expand_dims(x.value, axis), (x,), lambda g: (g.reshape(shape),))

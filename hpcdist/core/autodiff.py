@@ -17,6 +17,7 @@ import numpy as np
 
 from hpcdist.core.tensors import (
     IndexedSlices,
+    Node,
     Operators,
     RowsOf,
     Tensor,
@@ -80,7 +81,7 @@ def record(
 ) -> Tensor:
     """The result of an operation: traced when a tape records and an input is traced."""
     if _state.tapes and any(t.trace for t in inputs):
-        return Tensor(value, tuple(inputs), backward)
+        return Tensor(value, tuple(t.graph_node() for t in inputs), backward)
     return Tensor(value)
 
 
@@ -132,6 +133,8 @@ class GradientTape:
         for item in x if isinstance(x, (list, tuple)) else [x]:
             if isinstance(item, Tensor):
                 item.trace = True
+                if item.node is not None:  # recorded already: later uses are traced
+                    item.node.trace = True
                 self._watched.add(id(item))
             else:
                 self._watched.add(id(item))
@@ -167,9 +170,8 @@ class GradientTape:
             if output_gradients is None
             else as_array_like(output_gradients, target.value, target.value.dtype)
         )
-        keys = [  # a variable leaf's gradient is its variable's
-            id(s.source if isinstance(s, Tensor) and s.source is not None else s)
-            for s in source_list
+        keys = [  # a variable leaf's gradient is its variable's; a tensor's, its node's
+            id(_key_of(s)) for s in source_list
         ]
         by_tensor, sparse = _backpropagate(target, seed, keys, on_final)
         out = []
@@ -188,7 +190,14 @@ class GradientTape:
         return out[0] if single else out
 
 
-def _final_positions(order: list[Tensor], keys: Sequence[int]) -> dict[int, list[tuple]]:
+def _key_of(source: Any) -> Any:
+    """What ``source``'s gradient is keyed by: its variable, its graph node, or itself."""
+    if not isinstance(source, Tensor):
+        return source
+    return source.source if source.source is not None else source.graph_node()
+
+
+def _final_positions(order: list[Node], keys: Sequence[int]) -> dict[int, list[tuple]]:
     """Per walk step, the ``(key, nodes, indices in keys)`` final there (leaves: after use)."""
     wanted: dict[int, list[int]] = {}
     for index, key in enumerate(keys):
@@ -219,9 +228,10 @@ def _backpropagate(
         Dense gradients keyed by ``id`` of the tensor or variable, and the ``(ids, rows)``
         gradients of sparse reads keyed by ``id`` of the variable read.
     """
-    order: list[Tensor] = []
+    order: list[Node] = []
     seen: set[int] = set()
-    stack: list[tuple[Tensor, bool]] = [(target, False)]
+    start = target.graph_node()
+    stack: list[tuple[Node, bool]] = [(start, False)]
     while stack:
         node, expanded = stack.pop()
         if expanded:
@@ -236,7 +246,7 @@ def _backpropagate(
                 stack.append((parent, False))
     order.reverse()
     final_at = _final_positions(order, keys) if on_final is not None else {}
-    grads: dict[int, np.ndarray] = {id(target): seed}
+    grads: dict[int, np.ndarray] = {id(start): seed}
     results: dict[int, np.ndarray] = {}
     sparse: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
     for position, node in enumerate(order):
@@ -246,9 +256,8 @@ def _backpropagate(
         elif grad is not None:
             key = id(node.source) if node.source is not None else id(node)
             results[key] = results[key] + grad if key in results else grad
-            for parent, g in zip(
-                node.parents, node.backward(grad) if node.backward else (), strict=True
-            ):
+            parent_grads = node.backward(grad) if node.backward else ()
+            for parent, g in zip(node.parents, parent_grads, strict=True):
                 if g is not None and parent.trace:
                     pid = id(parent)
                     grads[pid] = grads[pid] + g if pid in grads else g

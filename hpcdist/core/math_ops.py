@@ -113,7 +113,8 @@ def cast(a: Any, dtype: Any) -> Tensor:
     dtype = as_dtype(dtype)
     if a.dtype == dtype:
         return a
-    return record(a.value.astype(dtype), (a,), lambda g: (g.astype(a.dtype),))
+    back = a.dtype  # the closures keep shapes and dtypes, not the inputs (their arrays)
+    return record(a.value.astype(dtype), (a,), lambda g: (g.astype(back),))
 
 
 def add_n(inputs: Any) -> Tensor:
@@ -135,26 +136,25 @@ def add_n(inputs: Any) -> Tensor:
     out = tensors[0].value.copy()
     for t in tensors[1:]:
         out = out + t.value
-    return record(out, tuple(tensors), lambda g: tuple(g for _ in tensors))
+    count = len(tensors)
+    return record(out, tuple(tensors), lambda g: (g,) * count)
 
 
 def add(a: Any, b: Any) -> Tensor:
     """``a + b`` with broadcasting."""
     a, b = _binary(a, b)
-    return record(
-        a.value + b.value,
-        (a, b),
-        lambda g: (unbroadcast(g, a.shape), unbroadcast(g, b.shape)),
-    )
+    sa, sb = a.shape, b.shape
+    return record(a.value + b.value, (a, b), lambda g: (unbroadcast(g, sa), unbroadcast(g, sb)))
 
 
 def subtract(a: Any, b: Any) -> Tensor:
     """``a - b`` with broadcasting."""
     a, b = _binary(a, b)
+    sa, sb = a.shape, b.shape
     return record(
         a.value - b.value,
         (a, b),
-        lambda g: (unbroadcast(g, a.shape), unbroadcast(-g, b.shape)),
+        lambda g: (unbroadcast(g, sa), unbroadcast(-g, sb)),
     )
 
 
@@ -273,10 +273,11 @@ def maximum(a: Any, b: Any) -> Tensor:
     """Element-wise maximum (ties send the gradient to ``a``)."""
     a, b = _binary(a, b)
     mask = a.value >= b.value
+    sa, sb = a.shape, b.shape
     return record(
         array_module(a.value).where(mask, a.value, b.value),
         (a, b),
-        lambda g: (unbroadcast(g * mask, a.shape), unbroadcast(g * ~mask, b.shape)),
+        lambda g: (unbroadcast(g * mask, sa), unbroadcast(g * ~mask, sb)),
     )
 
 
@@ -284,10 +285,11 @@ def minimum(a: Any, b: Any) -> Tensor:
     """Element-wise minimum (ties send the gradient to ``a``, as TF's)."""
     a, b = _binary(a, b)
     mask = a.value <= b.value
+    sa, sb = a.shape, b.shape
     return record(
         array_module(a.value).where(mask, a.value, b.value),
         (a, b),
-        lambda g: (unbroadcast(g * mask, a.shape), unbroadcast(g * ~mask, b.shape)),
+        lambda g: (unbroadcast(g * mask, sa), unbroadcast(g * ~mask, sb)),
     )
 
 
@@ -317,10 +319,11 @@ def _expand(g: np.ndarray, shape: tuple[int, ...], axis: Any, keepdims: bool) ->
 def reduce_sum(a: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
     """Sum over ``axis`` (all axes by default)."""
     a = _tensor(a)
+    shape = a.shape
     return record(
         a.value.sum(axis=axis, keepdims=keepdims),
         (a,),
-        lambda g: (_expand(g, a.shape, axis, keepdims).copy(),),
+        lambda g: (_expand(g, shape, axis, keepdims).copy(),),
     )
 
 
@@ -338,7 +341,8 @@ def reduce_mean(a: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
         return Tensor(out)
     out = xp.mean(a.value, axis=axis, keepdims=keepdims)
     count = a.value.size // max(out.size, 1) if a.value.size else 1
-    return record(out, (a,), lambda g: (_expand(g, a.shape, axis, keepdims) / count,))
+    shape = a.shape
+    return record(out, (a,), lambda g: (_expand(g, shape, axis, keepdims) / count,))
 
 
 def reduce_max(a: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
@@ -396,7 +400,8 @@ def not_equal(a: Any, b: Any) -> Tensor:
 def reshape(a: Any, shape: Any) -> Tensor:
     """Reshape."""
     a = _tensor(a)
-    return record(a.value.reshape(shape), (a,), lambda g: (g.reshape(a.shape),))
+    before = a.shape
+    return record(a.value.reshape(shape), (a,), lambda g: (g.reshape(before),))
 
 
 def getitem(a: Any, index: Any) -> Tensor:

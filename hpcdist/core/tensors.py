@@ -24,6 +24,7 @@ from hpcdist.utils.xp import array_module, as_array_like, is_device_array, scatt
 
 __all__ = [
     "IndexedSlices",
+    "Node",
     "Operators",
     "RowsOf",
     "Tensor",
@@ -96,33 +97,78 @@ class Operators:
         return _operators["getitem"](self, index)
 
 
+class Node:
+    """A tensor's place in the recorded graph, without its value: what a child refers to.
+
+    A recorded operation refers to its inputs' nodes, not to the input tensors: an input's
+    array then lives only as long as the tensor itself or a ``backward`` that captured it (a
+    ReLU keeps its mask, not its input; an ``Add`` keeps nothing), as TF's tape keeps only
+    what each gradient function needs.
+
+    Args:
+        parents: The nodes of the tensors this one was computed from.
+        backward: Maps the gradient of this tensor to the gradients of ``parents``.
+        source: The variable this tensor reads, for leaves.
+        trace: Whether gradients flow to this tensor.
+    """
+
+    __slots__ = ("backward", "parents", "source", "trace")
+
+    def __init__(
+        self,
+        parents: tuple[Node, ...],
+        backward: Callable[[np.ndarray], Sequence[np.ndarray | None]] | None,
+        source: Any,
+        trace: bool,
+    ) -> None:
+        self.parents, self.backward, self.source, self.trace = parents, backward, source, trace
+
+
 class Tensor(Operators):
     """An array that remembers how it was computed (when a tape records).
 
     Args:
         value: The array.
-        parents: Tensors this one was computed from.
+        parents: The nodes (`Node`) of the tensors this one was computed from.
         backward: Maps the gradient of this tensor to the gradients of ``parents``.
         source: The variable this tensor reads, for leaves.
     """
 
-    __slots__ = ("__weakref__", "backward", "parents", "source", "trace", "value")
+    __slots__ = ("__weakref__", "node", "source", "trace", "value")
     __array_priority__ = 100
 
     def __init__(
         self,
         value: Any,
-        parents: tuple[Tensor, ...] = (),
+        parents: tuple[Node, ...] = (),
         backward: Callable[[np.ndarray], Sequence[np.ndarray | None]] | None = None,
         source: Any = None,
     ) -> None:
         self.value = (
             value if isinstance(value, np.ndarray) or is_device_array(value) else np.asarray(value)
         )
-        self.parents = parents
-        self.backward = backward
         self.source = source
         self.trace = bool(parents) or source is not None
+        #: Where it sits in the recorded graph (made at once for an operation's result, for a
+        #: leaf when an operation first records it).
+        self.node: Node | None = Node(parents, backward, source, True) if parents else None
+
+    @property
+    def parents(self) -> tuple[Node, ...]:
+        """The nodes of the tensors this one was computed from (none for a leaf)."""
+        return self.node.parents if self.node is not None else ()
+
+    @property
+    def backward(self) -> Callable[[np.ndarray], Sequence[np.ndarray | None]] | None:
+        """Maps this tensor's gradient to its parents' (None for a leaf)."""
+        return self.node.backward if self.node is not None else None
+
+    def graph_node(self) -> Node:
+        """This tensor's `Node` (a leaf's is made when an operation first records it)."""
+        node = self.node
+        if node is None:
+            node = self.node = Node((), None, self.source, self.trace)
+        return node
 
     # -- array protocol -----------------------------------------------------------------------
 

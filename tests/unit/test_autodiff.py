@@ -89,3 +89,18 @@ def test_tape_rules():
         t = v * 1
         y = (t * t + t).sum()
     assert np.allclose(tape.gradient(y, v), 2 * v.numpy() + 1)
+
+
+def test_the_graph_keeps_only_what_each_gradient_needs():
+    # An operation refers to its inputs' nodes, not to the tensors: an intermediate that no
+    # backward captured (a ReLU keeps its mask, an add nothing) is freed with its tensor.
+    import weakref
+
+    v = var((4, 3), 9)
+    with hd.nn.GradientTape() as tape:
+        h = v * 2.0
+        gone = weakref.ref(h)
+        y = ops.reduce_sum(ops.add(ops.relu(h), 1.0))
+        del h
+        assert gone() is None
+    assert np.allclose(tape.gradient(y, v), 2.0 * (v.numpy() > 0))
