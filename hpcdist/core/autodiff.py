@@ -225,8 +225,8 @@ def _backpropagate(
     """Gradients of every traced tensor and variable leaf, and of every sparse read.
 
     Returns:
-        Dense gradients keyed by ``id`` of the tensor or variable, and the ``(ids, rows)``
-        gradients of sparse reads keyed by ``id`` of the variable read.
+        Dense gradients keyed by ``id`` of the tensor or variable (those of ``keys`` only),
+        and the ``(ids, rows)`` gradients of sparse reads keyed by ``id`` of the variable read.
     """
     order: list[Node] = []
     seen: set[int] = set()
@@ -249,13 +249,15 @@ def _backpropagate(
     grads: dict[int, np.ndarray] = {id(start): seed}
     results: dict[int, np.ndarray] = {}
     sparse: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+    wanted = set(keys)  # only these gradients are kept; the others are freed once passed on
     for position, node in enumerate(order):
         grad = grads.pop(id(node), None)
         if grad is not None and isinstance(node.source, RowsOf):
             sparse.setdefault(id(node.source.variable), []).append((node.source.ids, grad))
         elif grad is not None:
             key = id(node.source) if node.source is not None else id(node)
-            results[key] = results[key] + grad if key in results else grad
+            if key in wanted:
+                results[key] = results[key] + grad if key in results else grad
             parent_grads = node.backward(grad) if node.backward else ()
             for parent, g in zip(node.parents, parent_grads, strict=True):
                 if g is not None and parent.trace:
