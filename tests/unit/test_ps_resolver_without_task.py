@@ -32,8 +32,34 @@ def test_a_resolver_without_task_is_a_cluster_config_error():
     assert "HPCDIST_NUM_PS" in message
 
 
-_SCRIPT = textwrap.dedent(
-    """
+# Every rank builds the strategy; each writes the ClusterConfigError it got (or exits 3).
+_RAISE = """
+try:
+    hd.ParameterServerStrategy(resolver)
+except hd.errors.ClusterConfigError as exc:
+    with open(os.path.join(sys.argv[1], f"rank{rank}"), "w") as f:
+        f.write(str(exc))
+    sys.exit(0)
+sys.exit(3)
+"""
+
+
+def _errors_on_three_ranks(tmp_path, setup: str, **env: str) -> list[str]:
+    """Run ``setup`` then the strategy's construction on 3 ranks; each rank's error message."""
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(setup) + _RAISE)
+    out = tmp_path / "out"
+    out.mkdir()
+    done = run_mpi(
+        3, [str(script), str(out)], timeout=90, env=clean_env(HPCDIST_TIMEOUT_SECONDS="30", **env)
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["rank0", "rank1", "rank2"]
+    return [(out / f"rank{rank}").read_text() for rank in range(3)]
+
+
+def test_every_rank_raises_when_some_rank_has_no_task(tmp_path):
+    setup = """
     import os, sys
     import hpcdist as hd
     from mpi4py import MPI
@@ -43,64 +69,25 @@ _SCRIPT = textwrap.dedent(
     # rank 1 names its task, the others do not: every rank must raise the same error
     task = ("worker", 0) if rank == 1 else (None, None)
     resolver = hd.cluster.SimpleClusterResolver(spec, task[0], task[1], rpc_layer="grpc")
-    try:
-        hd.ParameterServerStrategy(resolver)
-    except hd.errors.ClusterConfigError as exc:
-        with open(os.path.join(sys.argv[1], f"rank{rank}"), "w") as f:
-            f.write(str(exc))
-        sys.exit(0)
-    sys.exit(3)
     """
-)
-
-
-def test_every_rank_raises_when_some_rank_has_no_task(tmp_path):
-    script = tmp_path / "no_task.py"
-    script.write_text(_SCRIPT)
-    out = tmp_path / "out"
-    out.mkdir()
-    env = clean_env(HPCDIST_TIMEOUT_SECONDS="30")
-    done = run_mpi(3, [str(script), str(out)], timeout=90, env=env)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["rank0", "rank1", "rank2"]
-    for rank in range(3):
-        message = (out / f"rank{rank}").read_text()
+    for message in _errors_on_three_ranks(tmp_path, setup):
         assert "gave no task on 2 of 3 rank(s) (rank 0: task_type=None" in message
         assert "rank 2: task_type=None, task_id=None" in message
 
 
-_THREADS_SCRIPT = textwrap.dedent(
-    """
+def test_every_rank_raises_when_some_rank_runs_below_thread_multiple(tmp_path):
+    # The coordinator's dispatcher and a worker's batch watchdog call MPI beside the user's
+    # thread: a rank below MPI_THREAD_MULTIPLE is an error on every rank, not a hang.
+    setup = """
     import os, sys
     import mpi4py
     mpi4py.rc.thread_level = "serialized" if os.environ["PMI_RANK"] == "2" else "multiple"
     import hpcdist as hd
     from mpi4py import MPI
 
-    rank = MPI.COMM_WORLD.Get_rank()
-    try:
-        hd.ParameterServerStrategy()
-    except hd.errors.ClusterConfigError as exc:
-        with open(os.path.join(sys.argv[1], f"rank{rank}"), "w") as f:
-            f.write(str(exc))
-        sys.exit(0)
-    sys.exit(3)
+    rank, resolver = MPI.COMM_WORLD.Get_rank(), None
     """
-)
-
-
-def test_every_rank_raises_when_some_rank_runs_below_thread_multiple(tmp_path):
-    # The coordinator's dispatcher and a worker's batch watchdog call MPI beside the user's
-    # thread: a rank below MPI_THREAD_MULTIPLE is an error on every rank, not a hang.
-    script = tmp_path / "threads.py"
-    script.write_text(_THREADS_SCRIPT)
-    out = tmp_path / "out"
-    out.mkdir()
-    env = clean_env(HPCDIST_TIMEOUT_SECONDS="30", HPCDIST_NUM_PS="1")
-    done = run_mpi(3, [str(script), str(out)], timeout=90, env=env)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["rank0", "rank1", "rank2"]
-    for rank in range(3):
-        message = (out / f"rank{rank}").read_text()
+    messages = _errors_on_three_ranks(tmp_path, setup, HPCDIST_NUM_PS="1")
+    for rank, message in enumerate(messages):
         assert message.startswith(f"rank {rank}: ParameterServerStrategy expected MPI_THREAD")
         assert "lower thread level (MPI.Query_thread()) on rank(s) [2]" in message
