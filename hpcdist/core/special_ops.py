@@ -78,20 +78,22 @@ def _work_dtype(dtype: np.dtype) -> np.dtype:
     return np.dtype(np.float32 if dtype.kind == "f" and dtype.itemsize <= 4 else np.float64)
 
 
-def _pieces(a: Any) -> tuple[Any, Any, Any]:
-    """``erf(a)`` of ``a < 2``, ``erfc(a)`` of ``a >= 2``, and ``a < 2``, for an array ``a >= 0``.
+def _pieces(t: Any) -> tuple[Any, Any, Any]:
+    """``erf(t)`` where ``|t| < 2``, ``erfc(|t|)`` where ``|t| >= 2``, and ``|t| < 2``.
 
-    Each piece is evaluated on the whole of ``a`` (float32 or float64, its dtype kept), its
-    argument clipped to its range; ``erfc`` is 0 from 6 on (below 2e-17, beyond the fit).
+    Each piece is evaluated on the whole of ``t`` (float32 or float64, its dtype kept), its
+    argument clipped to its range: ``erf(t) = t * P(t**2)`` is odd, so the small piece needs no
+    sign; ``erfc`` is 0 from 6 on (below 2e-17, beyond the fit).
     """
-    xp, dtype = array_module(a), a.dtype
+    xp, dtype = array_module(t), t.dtype
     small_c, large_c = _COEFFICIENTS[dtype]
-    s = xp.minimum(a, dtype.type(_SPLIT))
-    t = s * s
-    t *= dtype.type(2 / _SPLIT**2)
-    t -= dtype.type(1)
-    erf_small = _horner(small_c, t)
+    s = xp.clip(t, dtype.type(-_SPLIT), dtype.type(_SPLIT))
+    u = s * s
+    u *= dtype.type(2 / _SPLIT**2)
+    u -= dtype.type(1)
+    erf_small = _horner(small_c, u)
     erf_small *= s
+    a = xp.abs(t)
     z = xp.clip(a, dtype.type(_SPLIT), dtype.type(_ONE))
     u = dtype.type(2 * _SPLIT) / z
     u -= dtype.type(1)
@@ -109,12 +111,12 @@ def erf_values(x: Any) -> Any:
     """``erf`` of a numpy or CuPy array (floating dtypes kept; no autodiff)."""
     xp = array_module(x)
     dtype = x.dtype if x.dtype.kind == "f" else np.dtype(np.float64)
-    a = xp.abs(x.astype(_work_dtype(x.dtype), copy=False))
-    erf_small, erfc_large, below = _pieces(a)
-    np.subtract(1, erfc_large, out=erfc_large)
-    out = xp.where(below, erf_small, erfc_large)
-    out = xp.where(xp.isnan(a), a, out)
-    return xp.copysign(out, x).astype(dtype, copy=False)
+    t = x.astype(_work_dtype(x.dtype), copy=False)
+    erf_small, erfc_large, below = _pieces(t)
+    xp.subtract(t.dtype.type(1), erfc_large, out=erfc_large)
+    out = xp.where(below, erf_small, xp.copysign(erfc_large, t))
+    out = xp.where(xp.isnan(t), t, out)
+    return out.astype(dtype, copy=False)
 
 
 def normal_cdf_values(v: Any) -> Any:
@@ -126,13 +128,13 @@ def normal_cdf_values(v: Any) -> Any:
     xp, work = array_module(v), _work_dtype(v.dtype)
     t = v.astype(work)  # a new array: scaled in place
     t *= work.type(1 / math.sqrt(2.0))
-    erf_small, erfc_large, below = _pieces(xp.abs(t))
-    one = work.type(1)
-    # v >= 0: 1 + erf (1 + erf_small, or 2 - erfc_large); v < 0: erfc (1 - erf_small, or erfc_large)
-    positive = t >= 0
-    cdf = xp.where(below, xp.where(positive, one + erf_small, one - erf_small), erfc_large)
-    cdf = xp.where(positive & ~below, 2 * one - erfc_large, cdf)
-    cdf *= work.type(0.5)
+    erf_small, erfc_large, below = _pieces(t)
+    half = work.type(0.5)
+    erf_small += work.type(1)
+    erf_small *= half  # (1 + erf(t)) / 2 where |t| < 2
+    erfc_large *= half  # erfc(|t|) / 2 where |t| >= 2: the cdf of v < 0, 1 minus that of v > 0
+    tail = xp.where(t >= 0, work.type(1) - erfc_large, erfc_large)
+    cdf = xp.where(below, erf_small, tail)
     cdf = xp.where(xp.isnan(t), t, cdf)
     return cdf.astype(v.dtype, copy=False)
 
