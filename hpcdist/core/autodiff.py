@@ -9,12 +9,14 @@ inference costs plain numpy. The tensor types themselves live in `hpcdist.core.t
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from hpcdist.core.reductions import sum_rows
 from hpcdist.core.tensors import (
     IndexedSlices,
     Node,
@@ -89,6 +91,9 @@ def unbroadcast(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """Sum ``grad`` over the axes along which an operand of ``shape`` was broadcast."""
     if grad.shape == shape:
         return grad
+    lead = grad.ndim - len(shape)
+    if lead > 0 and grad.shape[lead:] == shape and grad.size:  # over leading axes (a bias)
+        return sum_rows(grad.reshape(-1, math.prod(shape))).reshape(shape)
     while grad.ndim > len(shape):
         grad = grad.sum(axis=0)
     for axis, size in enumerate(shape):

@@ -31,6 +31,7 @@ import numpy as np
 from hpcdist.core import context
 from hpcdist.core import math_ops as ops
 from hpcdist.core.autodiff import record
+from hpcdist.core.reductions import sum_rows, sum_rows_of_product
 from hpcdist.core.tensors import Tensor, as_tensor
 from hpcdist.nn.base_layer import Layer, float_input
 from hpcdist.nn.layer_config import config_value, regularizer_config, regularizer_from_config
@@ -75,45 +76,56 @@ def _train_normalize(
     x: Tensor,
     gamma: Tensor | None,
     beta: Tensor | None,
-    axes: tuple[int, ...],
+    axis: int,
     epsilon: float,
     all_reduce: Callable[[Any], Any] | None,
 ) -> tuple[Tensor, Any, Any]:
     """Normalise ``x`` with its batch statistics; one fused operation with its own backward.
 
+    The work is done on ``x`` as a ``(rows, channels)`` array (the channel axis moved last when
+    it is not), so that every per-channel sum is one `sum_rows` and every elementwise step one
+    pass over the rows.
+
     Args:
         x: The inputs.
-        gamma: Scale (shaped to broadcast against ``x``) or None.
+        gamma: Scale (of ``channels`` elements, any shape) or None.
         beta: Offset (same) or None.
-        axes: The reduced axes.
+        axis: The channel axis (the others are reduced).
         epsilon: Added to the variance.
         all_reduce: None for this replica's statistics (``tf.nn.moments``: mean, then the mean
             of squared differences); else the SUM all-reduce across replicas, for the
             synchronized statistics and their gradient.
 
     Returns:
-        The output, and the batch mean and variance (arrays of the channels' shape with the
-        reduced axes kept).
+        The output, and the batch mean and variance (``(channels,)`` arrays).
     """
     xv = x.value
     xp = array_module(xv)
+    moved = axis != xv.ndim - 1
+    channels = xv.shape[axis]
+    last = xv.shape[:axis] + xv.shape[axis + 1 :] + (channels,)  # the channels moved last
+
+    def rows_of(a: Any) -> Any:
+        return (xp.moveaxis(a, axis, -1) if moved else a).reshape(-1, channels)
+
+    def from_rows(a2: Any) -> Any:
+        return xp.moveaxis(a2.reshape(last), -1, axis) if moved else a2.reshape(xv.shape)
+
+    x2 = rows_of(xv)
+    rows = x2.shape[0]
     if all_reduce is None:
-        count = float(np.prod([xv.shape[a] for a in axes]))
-        mean = xv.mean(axis=axes, keepdims=True)
-        variance = ((xv - mean) ** 2).mean(axis=axes, keepdims=True)
+        count = float(rows)
+        mean = sum_rows(x2) / rows
+        d = x2 - mean
+        variance = sum_rows_of_product(d, d) / rows
+        del d
         clamped = None
     else:
-        local_sum = xv.sum(axis=axes, keepdims=True)
-        local_count = float(np.prod([xv.shape[a] for a in axes]))
         local = xp.stack(
-            [
-                local_sum,
-                (xv * xv).sum(axis=axes, keepdims=True),
-                xp.zeros_like(local_sum) + local_count,
-            ]
+            [sum_rows(x2), sum_rows_of_product(x2, x2), xp.full(channels, rows, x2.dtype)]
         )
         total, total_sq, counts = all_reduce(local)
-        count = counts.reshape(-1)[0].item()
+        count = counts[0].item()
         if count > 0:
             mean = total / counts
             raw = total_sq / counts - mean * mean
@@ -122,15 +134,19 @@ def _train_normalize(
         clamped = raw < 0
         variance = xp.maximum(raw, 0)
     rstd = 1 / xp.sqrt(variance + xv.dtype.type(epsilon))
-    inv = rstd if gamma is None else rstd * gamma.value
-    shift = -mean * inv if beta is None else beta.value - mean * inv
-    out = xv * inv + shift
+    inv = rstd if gamma is None else rstd * gamma.value.reshape(-1)
+    shift = -mean * inv if beta is None else beta.value.reshape(-1) - mean * inv
+    out2 = x2 * inv
+    out2 += shift
+    del x2  # a copy when the channels were moved: the backward pass takes the rows again
+    out = from_rows(out2)
     parents = tuple(t for t in (x, gamma, beta) if t is not None)
 
     def backward(g: Any) -> tuple[Any, ...]:
-        xhat = (xv - mean) * rstd
-        sum_g = g.sum(axis=axes, keepdims=True)
-        sum_gx = (g * xhat).sum(axis=axes, keepdims=True)
+        g2 = rows_of(g)
+        d = rows_of(xv) - mean
+        sum_g = sum_rows(g2)
+        sum_gx = sum_rows_of_product(g2, d) * rstd  # the sum of g * xhat, xhat = d * rstd
         grads: list[Any] = []
         if x.trace:
             if all_reduce is None:
@@ -139,7 +155,12 @@ def _train_normalize(
                 total_g, total_gx = all_reduce(xp.stack([sum_g, sum_gx]))
                 total_gx = xp.where(clamped, xp.zeros_like(total_gx), total_gx)
             n = max(count, 1.0)
-            grads.append(inv * (g - total_g / n - xhat * (total_gx / n)))
+            # inv * (g - total_g / n - xhat * total_gx / n), as g * inv + d * a + b
+            d *= -(inv * rstd) * (total_gx / n)
+            d += -inv * (total_g / n)
+            gx2 = g2 * inv
+            gx2 += d
+            grads.append(from_rows(gx2))
         else:
             grads.append(None)
         if gamma is not None:
@@ -331,7 +352,7 @@ class BatchNormalization(Layer):
             self._update_moving(mean_t.value, var_t.value)
         else:
             reduce = _replica_all_reduce() if self.synchronized else None
-            out, mean, variance = _train_normalize(x, gamma, beta, axes, self.epsilon, reduce)
+            out, mean, variance = _train_normalize(x, gamma, beta, axis, self.epsilon, reduce)
             self._update_moving(mean, variance)
         return out if out.dtype == self.dtype else ops.cast(out, self.dtype)
 
