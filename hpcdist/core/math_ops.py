@@ -251,8 +251,10 @@ def softplus(a: Any) -> Tensor:
 def relu(a: Any) -> Tensor:
     """``max(a, 0)``."""
     a = _tensor(a)
-    mask = a.value > 0
-    return record(a.value * mask, (a,), lambda g: (g * mask,))
+    # The backward pass finds the mask in the output, which the next layer usually keeps:
+    # no mask array is held, and the forward pass is one ``maximum`` (NaN stays NaN).
+    out = array_module(a.value).maximum(a.value, 0)
+    return record(out, (a,), lambda g: (g * (out > 0),))
 
 
 def clip_by_value(a: Any, clip_value_min: float, clip_value_max: float) -> Tensor:
