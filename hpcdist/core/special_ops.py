@@ -73,6 +73,30 @@ def _horner(coefficients: np.ndarray, s: Any) -> Any:
     return out
 
 
+_BITS = {np.dtype(np.float32): np.dtype(np.uint32), np.dtype(np.float64): np.dtype(np.uint64)}
+
+
+def _select(condition: Any, a: Any, b: Any) -> Any:
+    """``where(condition, a, b)`` of two float arrays of one shape and dtype, bit for bit.
+
+    numpy's ``where`` branches on each element: with a condition that changes unpredictably (the
+    sign of normal data) it costs 1.2 ms on 131,072 float32 values against 0.25 ms for a
+    condition that is nearly always true. On numpy arrays the choice is made on the bits
+    instead, ``b ^ ((a ^ b) & mask)`` with ``mask`` all ones where ``condition`` holds (0.5 ms);
+    CuPy's ``where`` has no branch to mispredict.
+    """
+    bits = _BITS.get(a.dtype)
+    if type(a) is not np.ndarray or bits is None:
+        return array_module(a).where(condition, a, b)
+    mask = condition.astype(bits)
+    np.negative(mask, out=mask)  # 1 -> all ones (unsigned wrap-around), 0 -> 0
+    a_bits, b_bits = a.view(bits), b.view(bits)
+    out = np.bitwise_xor(a_bits, b_bits)
+    out &= mask
+    out ^= b_bits
+    return out.view(a.dtype)
+
+
 def _work_dtype(dtype: np.dtype) -> np.dtype:
     """float64 for float64 (and non-floating) inputs, float32 for float16/32 ones."""
     return np.dtype(np.float32 if dtype.kind == "f" and dtype.itemsize <= 4 else np.float64)
@@ -114,8 +138,7 @@ def erf_values(x: Any) -> Any:
     t = x.astype(_work_dtype(x.dtype), copy=False)
     erf_small, erfc_large, below = _pieces(t)
     xp.subtract(t.dtype.type(1), erfc_large, out=erfc_large)
-    out = xp.where(below, erf_small, xp.copysign(erfc_large, t))
-    out = xp.where(xp.isnan(t), t, out)
+    out = xp.where(below, erf_small, xp.copysign(erfc_large, t))  # NaN: NaN in both pieces
     return out.astype(dtype, copy=False)
 
 
@@ -133,9 +156,8 @@ def normal_cdf_values(v: Any) -> Any:
     erf_small += work.type(1)
     erf_small *= half  # (1 + erf(t)) / 2 where |t| < 2
     erfc_large *= half  # erfc(|t|) / 2 where |t| >= 2: the cdf of v < 0, 1 minus that of v > 0
-    tail = xp.where(t >= 0, work.type(1) - erfc_large, erfc_large)
-    cdf = xp.where(below, erf_small, tail)
-    cdf = xp.where(xp.isnan(t), t, cdf)
+    tail = _select(t >= 0, work.type(1) - erfc_large, erfc_large)
+    cdf = xp.where(below, erf_small, tail)  # NaN inputs: NaN in both pieces
     return cdf.astype(v.dtype, copy=False)
 
 
