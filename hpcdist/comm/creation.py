@@ -3,9 +3,9 @@
 MPI's constructors of communicators and windows (``Dup``, ``Split``, ``Win.Allocate``) are
 collective and blocking: one rank that never calls them leaves the others waiting for ever.
 hpcdist makes its private communicators with `dup` (``Communicator``, ``p2p.Channel``) and
-guards other collective constructors with `arrive`; both are bounded by the deadline of every
-collective (``HPCDIST_TIMEOUT_SECONDS``) and raise `DeadlineExceededError` naming the ranks that
-never joined, on every rank that did.
+guards the constructors of its windows (``hpcdist.comm.rma.Window``) with `arrive`; both are
+bounded by the deadline of every collective (``HPCDIST_TIMEOUT_SECONDS``) and raise
+`DeadlineExceededError` naming the ranks that never joined, on every rank that did.
 
 **The protocol**, on each rank of the parent communicator ``comm``:
 

@@ -147,3 +147,29 @@ def test_a_late_rank_within_the_deadline_changes_nothing(n, what):
         assert f"rank {rank} sum {n} leftover False" in job.output, job.output
     waited = re.search(rf"rank 0 created the {what} communicator in ([\d.]+) s", job.output)
     assert waited and 2.0 < float(waited.group(1)) < 20.0, job.output
+
+
+def test_a_rank_that_never_allocates_a_window_is_named():
+    # every rank creates the channel; rank 2 then never allocates the window over it
+    job = run_job(
+        3,
+        [SCRIPT, "window", "2", "never", "catch"],
+        timeout=DEADLINE + END_BOUND + LAUNCH_ALLOWANCE,
+        HPCDIST_TIMEOUT_SECONDS=str(DEADLINE),
+    )
+    check_named(job, [0, 1], [2], 3, EXIT_DEADLINE_CODE)
+    assert "allocating an RMA window did not complete" in job.output, job.output
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_late_window_allocation_within_the_deadline_changes_nothing(n):
+    job = run_job(
+        n,
+        [SCRIPT, "window", str(n - 1), "late:2.5", "raise"],
+        timeout=60,
+        HPCDIST_TIMEOUT_SECONDS="20",
+    )
+    assert job.returncode == 0, job.output
+    assert "DeadlineExceededError" not in job.output, job.output
+    for rank in range(n):
+        assert f"rank {rank} sum {n} leftover False" in job.output, job.output

@@ -1,7 +1,8 @@
 """Some ranks never create the communicator (or create it late); the others must not hang.
 
 argv[1]: what is created: ``world`` (`hd.comm.world()`), ``channel`` (a ``p2p.Channel`` over
-the world) or ``sub`` (a `Communicator` over ``COMM_WORLD.Split(rank % 2)``).
+the world), ``sub`` (a `Communicator` over ``COMM_WORLD.Split(rank % 2)``) or ``window`` (an
+``rma.Window`` of 8 bytes per rank over a ``p2p.Channel`` that every rank created first).
 argv[2]: the world ranks that do not create it, comma-separated (``2``, ``0,2``).
 argv[3]: what they do: ``never`` (sleep 60 s, then exit without creating it) or ``late:S``
 (create it S seconds late).
@@ -9,7 +10,8 @@ argv[4]: what the others do with their `DeadlineExceededError`: ``catch`` (print
 ``sys.exit(1)``) or ``raise`` (print it, then re-raise it, uncaught).
 
 Every rank prints its pid (the test kills what is left). With ``late``, every rank prints the
-sum of an all-reduce and whether a message is left in ``COMM_WORLD``'s queue afterwards.
+sum of an all-reduce and whether a message is left in ``COMM_WORLD``'s queue afterwards (for
+``window``, or in the channel's).
 """
 
 import os
@@ -21,6 +23,7 @@ from mpi4py import MPI
 
 import hpcdist as hd
 from hpcdist.comm.p2p import Channel
+from hpcdist.comm.rma import Window
 
 
 def say(line: str) -> None:
@@ -33,6 +36,7 @@ what, skipped, how, others = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 rank = MPI.COMM_WORLD.Get_rank()
 say(f"rank {rank} pid {os.getpid()}")
 parent = MPI.COMM_WORLD.Split(rank % 2, rank) if what == "sub" else MPI.COMM_WORLD
+channel = Channel() if what == "window" else None
 MPI.COMM_WORLD.Barrier()  # every rank is in the job before the clock starts
 
 if rank in {int(r) for r in skipped.split(",")}:
@@ -48,6 +52,8 @@ def create() -> object:
         return hd.comm.world()
     if what == "channel":
         return Channel()
+    if what == "window":
+        return Window.allocate(channel, 8)
     return hd.comm.Communicator(parent)
 
 
@@ -66,9 +72,16 @@ say(f"rank {rank} created the {what} communicator in {time.monotonic() - start:.
 if what == "channel":
     made.barrier()
     made.free()
+left_in_channel = False
+if what == "window":
+    made.free()
+    channel.barrier()  # every rank's announcements, if any, were sent before it
+    left_in_channel = channel.comm.Iprobe(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG)
+    channel.free()
+if what in ("channel", "window"):
     total = hd.comm.world().allreduce(np.ones(1))[0]
 else:
     total = made.allreduce(np.ones(1))[0]
 MPI.COMM_WORLD.Barrier()
-left = MPI.COMM_WORLD.Iprobe(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG)
+left = MPI.COMM_WORLD.Iprobe(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG) or left_in_channel
 say(f"rank {rank} sum {total:g} leftover {left}")
