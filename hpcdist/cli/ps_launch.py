@@ -173,8 +173,8 @@ class _ServerRanks:
             self.first_dead = dead
 
     def report(self, code: int) -> None:
-        """Say which rank of the server job died, if one died before the job ended."""
-        try:  # the coordinator saw a ps's socket end: it knows which died first
+        """Say which rank of the server job died (or hung), if one did before the job ended."""
+        try:  # the coordinator saw a ps's socket end (or a ps miss a deadline): it knows which
             who = (self.launch.dir / "failure").read_text().strip()
         except OSError:
             who = ""
@@ -185,8 +185,9 @@ class _ServerRanks:
             who = ", ".join(
                 "the coordinator (rank 0)" if r == 0 else f"ps {r - 1} (rank {r})" for r in died
             )
+            who += " of the server job died"
         _say(
-            f"{who} of the server job died; the server job ended with exit code {code}. "
+            f"{who}; the server job ended with exit code {code}. "
             "A parameter-server job cannot go on without its ps (as in TensorFlow): restart "
             "it from its last checkpoint (hpcdist run --max-restarts K does)"
         )

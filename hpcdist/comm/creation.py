@@ -53,9 +53,10 @@ from hpcdist.comm.counters import COUNTING, add
 from hpcdist.comm.deadline import ranks_text
 from hpcdist.errors import DeadlineExceededError
 from hpcdist.logger import get_logger
+from hpcdist.settings import get_settings
 from hpcdist.utils.waiting import Waiter
 
-__all__ = ["GRACE_S", "TAG_ARRIVED", "arrive", "dup", "grace"]
+__all__ = ["GRACE_S", "TAG_ARRIVED", "arrive", "arrive_in_time", "dup", "grace"]
 
 #: Tag of the announcements (reserved under this number in `hpcdist.comm.p2p`).
 TAG_ARRIVED = 95
@@ -261,3 +262,9 @@ def arrive(
     arrival = _Arrival(comm, comm.Ibarrier(), what, timeout, stall_warning)
     arrival.wait(arrival.poll)
     _clean_up(arrival, comm)
+
+
+def arrive_in_time(comm: MPI.Intracomm, what: str) -> None:
+    """`arrive` under the settings' deadline and stall warning (``HPCDIST_TIMEOUT_SECONDS``)."""
+    settings = get_settings()
+    arrive(comm, what, settings.timeout_seconds, settings.stall_warning_seconds)

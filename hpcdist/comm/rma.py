@@ -30,7 +30,6 @@ from mpi4py.util.dtlib import from_numpy_dtype
 from hpcdist.comm import creation
 from hpcdist.comm.counters import COUNTING, add
 from hpcdist.comm.p2p import Channel
-from hpcdist.settings import get_settings
 
 __all__ = ["NO_OP", "REPLACE", "SUM", "Window", "datatype", "indexed_rows"]
 
@@ -78,18 +77,6 @@ def _raw(comm: Channel | MPI.Intracomm) -> MPI.Intracomm:
     return comm.comm if isinstance(comm, Channel) else comm
 
 
-def _arrived(comm: MPI.Intracomm, what: str) -> MPI.Intracomm:
-    """``comm``, once every rank has come to create the window (`hpcdist.comm.creation.arrive`).
-
-    ``MPI_Win_allocate`` blocks until every rank calls it: a rank that never does would leave
-    the others waiting for ever. Bounded instead by ``HPCDIST_TIMEOUT_SECONDS``, it raises
-    `DeadlineExceededError` naming that rank on every rank that came.
-    """
-    settings = get_settings()
-    creation.arrive(comm, what, settings.timeout_seconds, settings.stall_warning_seconds)
-    return comm
-
-
 class Window:
     """One RMA window: creation, one-sided operations, and a free guarded against reuse.
 
@@ -123,9 +110,10 @@ class Window:
             DeadlineExceededError: Some ranks did not come to create it within
                 ``HPCDIST_TIMEOUT_SECONDS`` (named, on every rank that came).
         """
-        win = MPI.Win.Allocate(
-            nbytes, disp_unit, comm=_arrived(_raw(comm), "allocating an RMA window")
-        )
+        comm = _raw(comm)
+        # MPI_Win_allocate waits for ever for a rank that never calls it: bounded first
+        creation.arrive_in_time(comm, "allocating an RMA window")
+        win = MPI.Win.Allocate(nbytes, disp_unit, comm=comm)
         if lock_all:
             win.Lock_all(MPI.MODE_NOCHECK)
         return cls(win, lock_all)
@@ -144,7 +132,8 @@ class Window:
         Raises:
             DeadlineExceededError: As `allocate`.
         """
-        comm = _arrived(_raw(comm), "allocating a shared-memory window")
+        comm = _raw(comm)
+        creation.arrive_in_time(comm, "allocating a shared-memory window")
         return cls(MPI.Win.Allocate_shared(nbytes, disp_unit, comm=comm), False)
 
     @property

@@ -156,6 +156,24 @@ def test_a_hung_worker_is_killed_and_restarted_at_the_deadline(tmp_path):
     assert not _settle(str(tmp_path))
 
 
+def test_a_stopped_ps_fails_the_next_admission_at_the_deadline_and_the_launch_ends(tmp_path):
+    # The ps is SIGSTOPped (its socket stays open), then a worker is killed: the server job's
+    # Accept of the replacement needs every ps, so the coordinator waits for it at most the
+    # deadline, then treats it as failed (UnavailableError naming it, as for a dead ps).
+    deadline = 8.0
+    args = ["--ps", "1", "--workers", "2", "--worker-restarts", "1", MODES, "stop_ps"]
+    result = _launch([*args, str(tmp_path)], timeout=120, HPCDIST_TIMEOUT_SECONDS=str(deadline))
+    out = result.stdout + result.stderr
+    assert "CHECK stop_ps PASS" in result.stdout, out[-3000:]
+    raised = re.search(r"^RAISED_AFTER (\S+)$", result.stdout, re.M)
+    # the worker's death, its restart (a new process) and the admission's deadline
+    assert raised and deadline <= float(raised.group(1)) < deadline + 30, out[-3000:]
+    assert result.returncode != 0
+    said = r"^hpcdist run: ps 0 \(rank 1\) of the server job did not answer within the deadline"
+    assert re.search(said, result.stderr, re.M), out[-3000:]
+    assert not _settle(str(tmp_path))
+
+
 def test_fit_survives_a_worker_kill_and_every_epoch_completes(tmp_path):
     args = ["--ps", "2", "--workers", "2", "--worker-restarts", "1", FIT, str(tmp_path)]
     result = _launch(args, timeout=180)

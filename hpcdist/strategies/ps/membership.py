@@ -34,6 +34,7 @@ from typing import Any
 
 from hpcdist.abort import abort_job
 from hpcdist.cluster.launched import PSLaunch
+from hpcdist.comm import creation
 from hpcdist.comm.p2p import (
     Channel,
     Posted,
@@ -42,11 +43,12 @@ from hpcdist.comm.p2p import (
     release_accept,
     threads_supported,
 )
-from hpcdist.errors import UnavailableError
+from hpcdist.errors import DeadlineExceededError, UnavailableError
 from hpcdist.logger import get_logger
+from hpcdist.settings import get_settings
 from hpcdist.strategies.ps.admission import AdmissionServer, Admitted
 from hpcdist.strategies.ps.control import CoordinatorRuntime
-from hpcdist.strategies.ps.ps_failure import PS_FAILURE_EXIT_CODE, PsFailure, ps_died_error
+from hpcdist.strategies.ps.ps_failure import PS_FAILURE_EXIT_CODE, PsFailure
 from hpcdist.strategies.ps.remote_store import VariableServer
 from hpcdist.strategies.ps.roles import Roles
 from hpcdist.strategies.ps.runtime import TAG_CANCEL, TAG_COMMAND, TAG_RESULT, Segments
@@ -114,6 +116,7 @@ class FaultTolerantCoordinatorRuntime(CoordinatorRuntime):
         self.secret = bytes.fromhex(launch.secret)
         self.port = open_port()
         self.failure = PsFailure(Path(launch.address_file).parent)
+        self.failed_ps = 0  # the rank of the ps that failed first, once `fatal` is set
         self.admission = AdmissionServer(
             self.secret,
             launch.bind,
@@ -201,6 +204,8 @@ class FaultTolerantCoordinatorRuntime(CoordinatorRuntime):
                     changes.append(("dead", rank))
                 if self._accept(admitted):
                     changes.append(("joined", rank))
+                elif self.fatal is not None:  # a ps missed the admission's deadline
+                    changes.append(("ps_dead", self.failed_ps))
             elif rank in self.workers:
                 self._drop(rank)
                 changes.append(("dead", rank))
@@ -273,6 +278,13 @@ class FaultTolerantCoordinatorRuntime(CoordinatorRuntime):
         with self.send_lock:
             for ps in self.roles.ps:
                 self.channel.send(("admit", index), ps, TAG_COMMAND)
+        try:  # a ps that never comes (stopped, hung) would hold the collective Accept for ever
+            creation.arrive_in_time(self.channel.comm, f"admitting worker {index}")
+        except DeadlineExceededError as exc:
+            missing = [r for r in exc.missing_ranks if r in self.roles.ps] or self.roles.ps
+            get_logger().error("%s", exc)
+            self.ps_failure(self.roles.ps.index(missing[0]), missing[0], hung=True)
+            return False
         guard = _AcceptGuard(admitted, self.port)
         channel = Channel.accept(self.port, self.channel, root=0)
         if guard.stop():  # it died after its "C": the channel is the releaser's (or a corpse's)
@@ -342,8 +354,8 @@ class FaultTolerantCoordinatorRuntime(CoordinatorRuntime):
 
     # -- a ps that dies ------------------------------------------------------------------------
 
-    def ps_failure(self, ps: int, rank: int) -> None:
-        """The ps of index ``ps`` died: set `fatal`; end the job if the program does not in time.
+    def ps_failure(self, ps: int, rank: int, hung: bool = False) -> None:
+        """Ps ``ps`` died (or ``hung`` past the deadline): set `fatal`; end the job in time.
 
         MPI cannot survive the dead rank inside the server job: nothing may wait on it any
         more (`poll_result` and `membership_changes` stop; `shutdown` aborts the job). A
@@ -351,9 +363,8 @@ class FaultTolerantCoordinatorRuntime(CoordinatorRuntime):
         timer of `hpcdist.strategies.ps.ps_failure` (armed here or, earlier, by the admission
         thread: `_ps_socket_ended`).
         """
-        self.fatal = ps_died_error(ps, rank)
+        self.fatal, self.failed_ps = self.failure.arm(ps, rank, hung), rank
         get_logger().error("%s", self.fatal)
-        self.failure.arm(ps, rank)
 
     def _ps_socket_ended(self, index: int) -> None:
         """The admission thread saw ps ``index - W``'s socket end: arm the abort at once."""
@@ -450,6 +461,10 @@ class FaultTolerantServingRuntime(ServingRuntime):
         """
         kind = message[0]
         if kind == "admit":
+            # with the coordinator, which bounds this wait (a ps past it ends the job)
+            settings = get_settings()
+            what = f"admitting worker {message[1]}"
+            creation.arrive(self.channel.comm, what, None, settings.stall_warning_seconds)
             channel = Channel.accept("", self.channel, root=self.roles.coordinator)
             self.variables_server.admit(message[1], channel)
         elif kind == "forget":

@@ -17,6 +17,10 @@
   (``PS_FAILURE_ABORT_SECONDS``) the server job is aborted with the message naming the ps;
 * ``ps_restart``: under ``--max-restarts 1``: the first attempt saves a checkpoint and loses a
   ps as ``kill_ps``; the second restores it and goes on (``CHECK ps_restart PASS``);
+* ``stop_ps``: under ``--worker-restarts 1`` and a deadline: SIGSTOP the ps, then SIGKILL a
+  worker; its replacement's admission waits for the ps, and at the deadline ``schedule``/``join``
+  raise `UnavailableError` naming the stopped ps (``CHECK stop_ps PASS``); the program exits and
+  the server job is aborted;
 * ``single``: under plain ``mpiexec -n 4`` (``HPCDIST_NUM_PS=1``): SIGKILL a worker; the MPI
   launcher ends the job.
 """
@@ -123,6 +127,31 @@ elif MODE in ("kill_ps", "kill_ps_schedule", "kill_ps_block", "ps_restart"):
             again.append(str(exc))
     check(f"{MODE}_again", len(again) == 3 and all(f"ps {victim}" in a for a in again), again)
     sys.exit(0)  # a clean exit still ends the server job (aborted: MPI cannot end it in order)
+elif MODE == "stop_ps":
+    pids = set()
+    while len(pids) < len(rt.roles.workers):
+        pids |= {rv.fetch() for rv in [coordinator.schedule(slow_pid) for _ in range(8)]}
+    proxy = os.getppid()
+    children = Path(f"/proc/{proxy}/task/{proxy}/children").read_text().split()
+    ps = sorted(int(pid) for pid in children if int(pid) != os.getpid())
+    os.kill(ps[-1], signal.SIGSTOP)  # stopped, not dead: its socket stays open
+    victim = min(pids)
+    print("KILLING", victim, flush=True)
+    t0 = time.monotonic()
+    os.kill(victim, signal.SIGKILL)  # the launcher restarts it; its admission needs the ps
+    raised = None
+    try:
+        while time.monotonic() - t0 < 60:
+            coordinator.schedule(slow_pid)
+            coordinator.join()
+    except hd.errors.UnavailableError as exc:
+        raised = exc
+    sys.stdout.write(f"RAISED_AFTER {time.monotonic() - t0:.3f}\n")
+    sys.stdout.flush()
+    last = len(ps) - 1
+    named = raised is not None and f"ps {last} (rank {last + 1}" in str(raised)
+    check("stop_ps", named and "stopped or hung" in str(raised), raised)
+    sys.exit(0)  # the server job is aborted: MPI cannot end it in order without the ps
 elif MODE == "single":
     pid = coordinator.schedule(os.getpid).fetch()
     print("KILLING", pid, flush=True)
