@@ -31,6 +31,7 @@ from tests.helpers import ROOT, clean_env
 CASES = "tests/faults/scripts/ps_ft_cases.py"
 MODES = "tests/faults/scripts/ps_ft_modes.py"
 FIT = "tests/faults/scripts/ps_ft_fit.py"
+THREADS = "tests/faults/scripts/ps_ft_threads.py"
 HPCDIST = [sys.executable, "-m", "hpcdist"]
 CHECKS = [
     "between_functions_2",
@@ -171,6 +172,21 @@ def test_a_stopped_ps_fails_the_next_admission_at_the_deadline_and_the_launch_en
     assert result.returncode != 0
     said = r"^hpcdist run: ps 0 \(rank 1\) of the server job did not answer within the deadline"
     assert re.search(said, result.stderr, re.M), out[-3000:]
+    assert not _settle(str(tmp_path))
+
+
+def test_a_server_rank_below_thread_multiple_is_an_error_on_every_server_rank(tmp_path):
+    # the coordinator's and the ps's threads call MPI: an error on both (a worker job may run
+    # below it, without its batch watchdog)
+    args = ["--ps", "1", "--workers", "1", THREADS, str(tmp_path)]
+    result = _launch(args, timeout=120, MPI4PY_RC_THREAD_LEVEL="serialized")
+    out = result.stdout + result.stderr
+    raised = dict(re.findall(r"^RAISED (\d) (.*)$", result.stdout, re.M))
+    assert sorted(raised) == ["0", "1"], out[-3000:]
+    for rank, message in raised.items():
+        assert message.startswith(f"rank {rank}: ParameterServerStrategy expected MPI_THREAD")
+        assert "lower thread level (MPI.Query_thread()) on rank(s) [0, 1]" in message, message
+    assert result.returncode == 3, out[-3000:]
     assert not _settle(str(tmp_path))
 
 

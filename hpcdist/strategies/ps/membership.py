@@ -41,7 +41,6 @@ from hpcdist.comm.p2p import (
     close_port,
     open_port,
     release_accept,
-    threads_supported,
 )
 from hpcdist.errors import DeadlineExceededError, UnavailableError
 from hpcdist.logger import get_logger
@@ -106,11 +105,6 @@ class FaultTolerantCoordinatorRuntime(CoordinatorRuntime):
         allocator: Any,
         launch: PSLaunch,
     ) -> None:
-        if not threads_supported():  # the dispatcher and the user's threads both call MPI
-            raise RuntimeError(
-                "the fault-tolerant parameter-server launch needs MPI_THREAD_MULTIPLE, got a "
-                "lower thread level (MPI.Query_thread()); do not lower mpi4py.rc.thread_level"
-            )
         super().__init__(strategy, channel, roles, store, allocator)
         self.launch = launch
         self.secret = bytes.fromhex(launch.secret)

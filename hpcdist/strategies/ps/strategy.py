@@ -213,6 +213,11 @@ class ParameterServerStrategy(Strategy):
             write_private_text(stopped, f"{os.environ.get('HPCDIST_RESTART_COUNT', '0')}\n")
             sys.exit(0)
         channel = Channel()  # the server job: coordinator and ps ranks
+        try:  # its threads call MPI as in one job; a worker job may run below (no watchdog)
+            _check_thread_level(channel.allgather(threads_supported()), channel.rank)
+        except ClusterConfigError:
+            channel.free()
+            raise
         # The launcher runs the server job with ``-disable-auto-cleanup``: when a rank dies,
         # hydra signals the others with SIGUSR1 (fatal by default) instead of killing them,
         # so that the coordinator can report the dead ps (`membership.ps_failure`).
@@ -363,7 +368,9 @@ def _check_thread_level(multiple: list[bool], rank: int) -> None:
     """Every rank must run under ``MPI_THREAD_MULTIPLE`` (the same check everywhere).
 
     The coordinator's dispatcher thread and the user's threads call MPI, and so do a
-    worker's batch watchdog (`hpcdist.strategies.ps.serving`) and its functions.
+    worker's batch watchdog (`hpcdist.strategies.ps.serving`) and its functions. Under
+    ``hpcdist run --workers`` the ranks of the server job (coordinator and ps) are checked
+    together; a worker job below it runs without its watchdog.
 
     Raises:
         ClusterConfigError: Some rank runs below it (its ranks named).
