@@ -12,6 +12,8 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
+import numpy as np
+
 from hpcdist.checkpoint.format import (
     CheckpointCorruptError,
     CheckpointError,
@@ -84,7 +86,8 @@ def agree(comm: Communicator | None, error: BaseException | None, action: str) -
     Every rank calls it once ``action`` is over, with the exception it caught or None. A rank
     that failed raises its own exception; the others raise a `CheckpointError` of the same kind
     (a `CheckpointWriteError` keeps the errno) naming the first rank that failed and its error.
-    Also a barrier: no rank returns before every rank finished ``action``.
+    Also a barrier: no rank returns before every rank finished ``action``. One all-reduce of a
+    flag when no rank failed; the outcomes are gathered only after a failure.
 
     Args:
         comm: From `checkpoint_communicator`; None means this process alone.
@@ -99,7 +102,9 @@ def agree(comm: Communicator | None, error: BaseException | None, action: str) -
         if error is not None:
             raise error
         return
-    outcomes = comm.allgather_object(_outcome(error))
+    # Whether any rank failed: 4 bytes per rank; only then every rank's outcome, O(N) bytes.
+    anyone = comm.allreduce(np.array([error is not None], dtype=np.int32), op="max")
+    outcomes = comm.allgather_object(_outcome(error)) if anyone[0] else []
     if error is not None:
         raise error
     failed = [r for r, outcome in enumerate(outcomes) if outcome is not None]
