@@ -79,6 +79,8 @@ class ArrivalBoard:
         #: This rank's entry: ``mine[0]`` the sequence number, ``mine[1]`` the state.
         self.mine = np.frombuffer(self.win.tomemory(), dtype=np.int64, count=2)
         self.mine[:] = (-1, 0)
+        #: ``mine`` as a memoryview (a Python int stored without a numpy scalar: every call).
+        self.words = memoryview(self.mine).cast("B").cast("q")
         comm.Barrier()
         self.win.Lock_all(MPI.MODE_NOCHECK)
 
@@ -210,7 +212,7 @@ class Envelope:
         self.seq = seq = self.seq + 1
         board = self.board
         if board is not None:
-            board.mine[0] = seq
+            board.words[0] = seq
         self.stage, self._kind = _OPEN, kind
         if reuse is None:
             deadline = Deadline(timeout, self.stall, None, board, seq)
