@@ -51,6 +51,10 @@ def scale_line(out: str) -> dict:
     return json.loads([x for x in out.splitlines() if x.startswith("SCALE ")][-1][6:])
 
 
+#: The counter of a creation's slow-path announcements (`hpcdist.comm.creation`).
+ANNOUNCE = "p2p.announce"
+
+
 def ps_totals(n: int, functions: int) -> tuple[dict, dict]:
     """Coordinator's counts around F functions; the sum over ps and workers of their totals."""
     with tempfile.TemporaryDirectory() as directory:
@@ -79,10 +83,16 @@ def measure(n: int, with_ps: bool = True) -> dict:
         record["ps_coordinator_per_function"] = {
             k: [c / FUNCTIONS, b / FUNCTIONS] for k, (c, b) in coordinator.items()
         }
+        # the announcements of a creation's slow path are a start-up cost that differs from
+        # run to run (how late each rank came): reported apart, not as a cost per function
         record["ps_servers_per_function"] = {
             k: [(c - idle.get(k, (0, 0))[0]) / FUNCTIONS, (b - idle.get(k, (0, 0))[1]) / FUNCTIONS]
             for k, (c, b) in servers.items()
+            if k != ANNOUNCE
         }
+        record["ps_start_up_announcements"] = [
+            counts.get(ANNOUNCE, (0, 0))[0] for counts in (idle, servers)
+        ]
     record["measure_seconds"] = round(time.monotonic() - started, 1)
     return record
 
