@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+from hpcdist.core import array_ops
+from hpcdist.core import math_ops as ops
 from hpcdist.nn.base_layer import Layer, get_registered_class
 from hpcdist.nn.input_layer import InputLayer
 from hpcdist.nn.keras_tensor import KerasTensor, leaves, map_nested
@@ -89,13 +93,50 @@ class Functional(Model):
             missing = sorted(set(self._inputs) - set(inputs))
             if missing:
                 raise ValueError(f"{self.name}: inputs lack keys {missing}; got {sorted(inputs)}")
-            return {id(t): inputs[key] for key, t in self._inputs.items()}
+            return {
+                id(t): self._standardize(i, t, inputs[key])
+                for i, (key, t) in enumerate(self._inputs.items())
+            }
         values = [inputs] if isinstance(self._inputs, KerasTensor) else leaves(inputs)
         if len(values) != len(self._input_tensors):
             raise ValueError(
                 f"{self.name} expects {len(self._input_tensors)} inputs, got {len(values)}"
             )
-        return {id(t): v for t, v in zip(self._input_tensors, values, strict=True)}
+        return {
+            id(t): self._standardize(i, t, v)
+            for i, (t, v) in enumerate(zip(self._input_tensors, values, strict=True))
+        }
+
+    def _standardize(self, index: int, ref: KerasTensor, value: Any) -> Any:
+        """``value`` checked against input ``ref``'s shape, as Keras 3's functional models do.
+
+        A rank one short of the input's, whose last axis is 1, gets that axis; a rank one
+        over, whose last axis is 1, loses it; the other dimensions must match where the input
+        fixes them (the batch axis, None, matches any size).
+
+        Raises:
+            ValueError: Another rank, or a dimension that differs (both shapes named).
+        """
+        if value is None:
+            return value
+        shape = tuple(getattr(value, "shape", None) or np.shape(value))
+        expected = ref.shape
+        if len(shape) == len(expected) + 1 and shape and shape[-1] == 1:
+            value, shape = ops.reshape(value, shape[:-1]), shape[:-1]
+        elif len(shape) == len(expected) - 1 and expected and expected[-1] == 1:
+            value, shape = array_ops.expand_dims(value, -1), (*shape, 1)
+        if len(shape) != len(expected):
+            raise ValueError(
+                f"Invalid input shape for input {index} ({ref.name!r}) of {self.name}: expected "
+                f"shape {expected}, but the input has incompatible shape {shape} (a batch axis "
+                "first: call the model on a batch, e.g. x[None] for one example)"
+            )
+        if any(e is not None and e != d for e, d in zip(expected, shape, strict=True)):
+            raise ValueError(
+                f"Input {index} with name {ref.name!r} of layer {self.name!r} is incompatible "
+                f"with the layer: expected shape={expected}, found shape={shape}"
+            )
+        return value
 
     def call(self, inputs: Any, training: bool | None = None) -> Any:
         """Replay the graph on ``inputs`` (structured like the model's inputs)."""

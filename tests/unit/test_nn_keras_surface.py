@@ -368,6 +368,30 @@ def test_functional_two_inputs_and_a_shared_layer():
         hd.nn.Model(a_in, outputs)
 
 
+def test_functional_model_checks_input_shapes_as_keras():
+    # TF 2.21 (Keras 3): an unbatched (8,) raises "Invalid input shape ... Expected shape
+    # (None, 8), but input has incompatible shape (8,)"; (2, 5) raises "Input 0 with name
+    # 'input_layer' of layer 'functional' is incompatible with the layer: expected
+    # shape=(None, 8), found shape=(2, 5)"; a trailing axis of 1 is squeezed or added.
+    inputs = hd.nn.Input((8,), name="features")
+    model = hd.nn.Model(inputs, layers.Dense(3)(inputs), name="net")
+    with pytest.raises(ValueError, match=r"expected shape \(None, 8\), but the input has "):
+        model(np.ones(8, np.float32))
+    message = (
+        r"Input 0 with name 'features' of layer 'net' is incompatible with the layer: "
+        r"expected shape=\(None, 8\), found shape=\(2, 5\)"
+    )
+    with pytest.raises(ValueError, match=message):
+        model(np.ones((2, 5), np.float32))
+    assert model(np.ones((2, 8, 1), np.float32)).shape == (2, 3)
+    image = hd.nn.Input((4, 4, 1))
+    flat = hd.nn.Model(image, layers.Flatten()(image))
+    assert flat(np.ones((2, 4, 4), np.float32)).shape == (2, 16)
+    sequences = hd.nn.Input((None, 3))  # any length
+    pooled = hd.nn.Model(sequences, layers.GlobalAveragePooling1D()(sequences))
+    assert pooled(np.ones((2, 7, 3), np.float32)).shape == (2, 3)
+
+
 def test_save_and_load_model_round_trip(tmp_path):
     hd.nn.set_random_seed(1)
     inputs = hd.nn.Input(shape=(6, 6, 1))
