@@ -57,3 +57,21 @@ def test_the_padded_copy_is_not_kept_for_backward():
     finally:
         tracemalloc.stop()
     assert np.asarray(gx).shape == x.shape and np.asarray(gk).shape == kernel.shape
+
+
+@pytest.mark.parametrize(("strides", "padding"), [(1, "same"), (2, "same"), (2, "valid")])
+def test_the_input_gradient_taken_in_slices_is_bitwise_the_whole_batch_at_once(
+    strides, padding, monkeypatch
+):
+    # _input_gradient takes the batch a few images at a time (cache blocking); each element
+    # still adds the kernel positions in the same order, so the result is exactly the same
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((9, 16, 16, 8)).astype(np.float32)
+    kernel = (0.1 * rng.standard_normal((3, 3, 8, 12))).astype(np.float32)
+    oh = conv_ops.conv_output_size(16, 3, strides, padding)
+    weights = rng.standard_normal((9, oh, oh, 12)).astype(np.float32)
+    monkeypatch.setattr(conv_ops, "_GRAD_SLICE_BYTES", 1)  # one image per slice
+    _, sliced, _ = conv_and_grads(x, kernel, weights, strides, padding)
+    monkeypatch.setattr(conv_ops, "_GRAD_SLICE_BYTES", 1 << 40)  # the whole batch at once
+    _, whole, _ = conv_and_grads(x, kernel, weights, strides, padding)
+    assert np.array_equal(sliced, whole)

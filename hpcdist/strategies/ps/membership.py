@@ -110,7 +110,7 @@ class FaultTolerantCoordinatorRuntime(CoordinatorRuntime):
         self.secret = bytes.fromhex(launch.secret)
         self.port = open_port()
         self.failure = PsFailure(Path(launch.address_file).parent)
-        self.failed_ps = 0  # the rank of the ps that failed first, once `fatal` is set
+        self.failed_ps = 0  # the rank given to the last `ps_failure` (with `fatal`)
         self.admission = AdmissionServer(
             self.secret,
             launch.bind,
