@@ -31,7 +31,7 @@ import numpy as np
 from hpcdist.core import context
 from hpcdist.core import math_ops as ops
 from hpcdist.core.autodiff import record
-from hpcdist.core.reductions import sum_rows, sum_rows_of_product
+from hpcdist.core.reductions import sum_columns, sum_rows, sum_rows_of_product
 from hpcdist.core.tensors import Tensor, as_tensor
 from hpcdist.nn.base_layer import Layer, float_input
 from hpcdist.nn.layer_config import config_value, regularizer_config, regularizer_from_config
@@ -170,6 +170,16 @@ def _train_normalize(
         return tuple(grads)
 
     return record(out, parents, backward), mean, variance
+
+
+def _weight_tensor(var: Any, dtype: np.dtype, shape: tuple[int, ...]) -> Tensor | None:
+    """A weight as a tensor of ``dtype`` shaped to broadcast against the inputs (None: None)."""
+    if var is None:
+        return None
+    t = as_tensor(var)
+    if t.dtype != dtype:
+        t = ops.cast(t, dtype)
+    return t if t.shape == shape else ops.reshape(t, shape)
 
 
 def _masked_moments(x: Tensor, mask: Any, axes: tuple[int, ...]) -> tuple[Tensor, Tensor]:
@@ -340,11 +350,11 @@ class BatchNormalization(Layer):
             )
         axes = tuple(a for a in range(x.ndim) if a != axis)
         shape = tuple(x.shape[a] if a == axis else 1 for a in range(x.ndim))
-        gamma = self._param(self.gamma, compute, shape)
-        beta = self._param(self.beta, compute, shape)
+        gamma = _weight_tensor(self.gamma, compute, shape)
+        beta = _weight_tensor(self.beta, compute, shape)
         if not (training and self.trainable):
-            moving_mean = self._param(self.moving_mean, compute, shape)
-            moving_variance = self._param(self.moving_variance, compute, shape)
+            moving_mean = _weight_tensor(self.moving_mean, compute, shape)
+            moving_variance = _weight_tensor(self.moving_variance, compute, shape)
             out = batch_normalization(x, moving_mean, moving_variance, beta, gamma, self.epsilon)
         elif mask is not None:
             mean_t, var_t = _masked_moments(x, mask, axes)
@@ -355,16 +365,6 @@ class BatchNormalization(Layer):
             out, mean, variance = _train_normalize(x, gamma, beta, axis, self.epsilon, reduce)
             self._update_moving(mean, variance)
         return out if out.dtype == self.dtype else ops.cast(out, self.dtype)
-
-    @staticmethod
-    def _param(var: Any, dtype: np.dtype, shape: tuple[int, ...]) -> Tensor | None:
-        """A weight as a tensor of ``dtype`` shaped to broadcast against the inputs."""
-        if var is None:
-            return None
-        t = as_tensor(var)
-        if t.dtype != dtype:
-            t = ops.cast(t, dtype)
-        return t if t.shape == shape else ops.reshape(t, shape)
 
     def _update_moving(self, mean: Any, variance: Any) -> None:
         """Keras' update of both moving statistics, in this replica's copies."""
@@ -420,8 +420,43 @@ class LayerNormalization(Layer):
     def call(self, inputs: Any, training: bool | None = None) -> Tensor:
         """``(x - mean) / sqrt(var + eps) * gamma + beta`` over the last axis."""
         x = float_input(inputs, self.dtype)
-        mean = ops.reduce_mean(x, axis=-1, keepdims=True)
-        centered = ops.subtract(x, mean)
-        var = ops.reduce_mean(ops.square(centered), axis=-1, keepdims=True)
-        normed = ops.divide(centered, ops.sqrt(ops.add(var, self.epsilon)))
-        return ops.add(ops.multiply(normed, self.gamma), self.beta)
+        shape = (x.shape[-1],)
+        gamma = _weight_tensor(self.gamma, x.dtype, shape)
+        beta = _weight_tensor(self.beta, x.dtype, shape)
+        return _layer_normalize(x, gamma, beta, self.epsilon)
+
+
+def _layer_normalize(x: Tensor, gamma: Tensor, beta: Tensor, epsilon: float) -> Tensor:
+    """Normalise each row of ``x`` over its last axis; one fused operation with its own backward.
+
+    ``xhat = (x - mean) * rstd`` with ``rstd = 1 / sqrt(variance + epsilon)`` (the moments of
+    ``tf.nn.moments``), ``out = xhat * gamma + beta``; the backward pass is ``rstd * (g gamma -
+    mean(g gamma) - xhat * mean(g gamma xhat))`` per row, and the per-channel sums of ``g`` and
+    ``g * xhat`` for ``beta`` and ``gamma``. Every row sum is one `sum_columns`.
+    """
+    xv = x.value
+    xp = array_module(xv)
+    channels = xv.shape[-1]
+    x2 = xv.reshape(-1, channels)
+    scale = xv.dtype.type(1.0 / channels) if channels else xv.dtype.type(0)
+    d = x2 - (sum_columns(x2) * scale)[:, None]
+    rstd = 1 / xp.sqrt(sum_columns(d * d) * scale + xv.dtype.type(epsilon))
+    d *= rstd[:, None]  # xhat, kept for the backward pass
+    xhat = d
+    out = xhat * gamma.value
+    out += beta.value
+
+    def backward(g: Any) -> tuple[Any, Any, Any]:
+        g2 = g.reshape(-1, channels)
+        gx = None
+        if x.trace:
+            gx = g2 * gamma.value
+            a = sum_columns(gx) * scale
+            b = sum_columns(gx * xhat) * scale
+            gx -= a[:, None]
+            gx -= xhat * b[:, None]
+            gx *= rstd[:, None]
+            gx = gx.reshape(xv.shape)
+        return gx, sum_rows_of_product(g2, xhat), sum_rows(g2)
+
+    return record(out.reshape(xv.shape), (x, gamma, beta), backward)

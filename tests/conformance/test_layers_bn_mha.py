@@ -1,4 +1,4 @@
-"""BatchNormalization and MultiHeadAttention against Keras 3 on TF 2.21.
+"""BatchNormalization, LayerNormalization and MultiHeadAttention against Keras 3 on TF 2.21.
 
 Each case builds the same layer on both sides, gives it the same weights and inputs, and
 compares outputs, the gradients of ``sum(output * w)`` (fixed random ``w``) with respect to the
@@ -125,6 +125,24 @@ def test_batch_normalization_errors():
 
     conform(case, (4, 3), (4, 5))
     conform(case, (4, 3), (4, 2, 3))
+
+
+@pytest.mark.parametrize(("shape", "epsilon"), [((6, 5), 1e-3), ((2, 3, 8), 1e-5), ((3, 1), 1e-3)])
+def test_layer_normalization(shape, epsilon):
+    """Outputs and the gradients of the inputs, gamma and beta (inputs far from zero mean)."""
+
+    def case(lib):
+        layer = lib.keras.layers.LayerNormalization(epsilon=epsilon)
+        x0 = data(shape, 0, 3.0, 2.0)
+        layer(x0)
+        layer.set_weights([data(shape[-1:], 1, 0.5, 1.0), data(shape[-1:], 2)])
+        x = lib.tf.Variable(x0)
+        with lib.tf.GradientTape() as tape:
+            out = layer(x)
+            loss = lib.tf.reduce_sum(out * data(shape, 99))
+        return out, tape.gradient(loss, [x, *layer.trainable_weights])
+
+    conform(case)
 
 
 def bn_model(lib, synchronized):

@@ -1,4 +1,4 @@
-"""`hpcdist.core.reductions`: per-channel sums equal numpy's, with BLAS where it applies."""
+"""`hpcdist.core.reductions`: row and column sums equal numpy's (BLAS where it applies)."""
 
 from __future__ import annotations
 
@@ -6,20 +6,21 @@ import numpy as np
 import pytest
 
 from hpcdist.core.autodiff import unbroadcast
-from hpcdist.core.reductions import sum_rows, sum_rows_of_product
+from hpcdist.core.reductions import sum_columns, sum_rows, sum_rows_of_product
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32, np.int64])
 @pytest.mark.parametrize("shape", [(1, 1), (7, 3), (4096, 16), (0, 5), (5, 0)])
-def test_sum_rows_equals_numpy_sum_over_axis_0(dtype, shape):
+@pytest.mark.parametrize(("fn", "axis"), [(sum_rows, 0), (sum_columns, 1)], ids=["rows", "columns"])
+def test_sums_equal_numpy_sums_over_their_axis(dtype, shape, fn, axis):
     rng = np.random.default_rng(3)
     x = (rng.standard_normal(shape) * 4 + 2).astype(dtype)
-    got = sum_rows(x)
-    want = x.astype(np.float64).sum(axis=0)
-    assert got.shape == (shape[1],) and got.dtype == x.sum(axis=0).dtype
+    got = fn(x)
+    want = x.astype(np.float64).sum(axis=axis)
+    assert got.shape == (shape[1 - axis],) and got.dtype == x.sum(axis=axis).dtype
     rtol = {np.float16: 1e-2, np.float32: 1e-5}.get(dtype, 1e-12)
     np.testing.assert_allclose(
-        got, want, rtol=rtol, atol=rtol * np.abs(x).sum(axis=0).max(initial=0)
+        got, want, rtol=rtol, atol=rtol * np.abs(x).sum(axis=axis).max(initial=0)
     )
 
 
@@ -38,6 +39,7 @@ def test_sum_rows_of_views_and_products():
     y = rng.standard_normal((64, 10)).astype(np.float32)
     np.testing.assert_allclose(sum_rows(x[::2]), x[::2].sum(axis=0), rtol=1e-5)
     np.testing.assert_allclose(sum_rows(x.T.copy().T), x.sum(axis=0), rtol=1e-5)
+    np.testing.assert_allclose(sum_columns(x[:, ::3]), x[:, ::3].sum(axis=1), rtol=1e-5)
     np.testing.assert_allclose(sum_rows_of_product(x, y), (x * y).sum(axis=0), rtol=1e-4, atol=1e-5)
     # the cached ones vector is read-only: a result never aliases it
     out = sum_rows(x)
