@@ -48,6 +48,7 @@ CHECKS = [
     "cancellation_then_ok",
     "worker_preemption_error_type",
     "update_not_torn",
+    "idle_coordinator_takes_changes_in",
     "stranger_gets_only_the_challenge",
     "stranger_rejected",
     "stranger_not_unpickled",

@@ -165,6 +165,7 @@ class AdmissionServer:
         self._watch: queue.SimpleQueue[Admitted] = queue.SimpleQueue()
         self.rejected = 0  # peers closed without admission (for tests and messages)
         self.last_death_at: float | None = None  # monotonic time the last end of file was seen
+        self.on_event: Callable[[], None] | None = None  # called after each event is queued
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="hpcdist-admission", daemon=True)
         self._thread.start()
@@ -228,6 +229,12 @@ class AdmissionServer:
                 else:
                     self._readable(key.data)
 
+    def _event(self, event: tuple[str, int, Admitted | None]) -> None:
+        self._events.put(event)
+        on_event = self.on_event
+        if on_event is not None:
+            on_event()  # e.g. wake the coordinator's idle dispatcher
+
     def _readable(self, admitted: Admitted) -> None:
         try:
             data = admitted.sock.recv(4096)  # a worker never sends after its hello
@@ -242,7 +249,7 @@ class AdmissionServer:
             self._claimed.discard(admitted.index)
         if admitted.index >= self.num_workers and self._on_ps_death is not None:
             self._on_ps_death(admitted.index)  # at once, whatever the dispatch loop does
-        self._events.put(("dead", admitted.index, None))
+        self._event(("dead", admitted.index, None))
 
     def _new_peer(self) -> None:
         try:
@@ -288,7 +295,7 @@ class AdmissionServer:
             sock.settimeout(None)
             _keep_alive(sock)
             admitted = Admitted(index, sock, (ns, nc))
-            self._events.put(("join", index, admitted))
+            self._event(("join", index, admitted))
         except (OSError, ConnectionError) as exc:
             why = f"its handshake failed ({HANDSHAKE_SECONDS:g} s allowed): {exc!r}"
             return

@@ -86,6 +86,10 @@ class CoordinatorRuntime(Runtime):
         """The worker ranks connected now: all of them in a single MPI job."""
         return list(self.roles.workers)
 
+    def on_membership_change(self, wake: Callable[[], None]) -> None:
+        """``wake()`` is called when a worker joins or dies: never in a single MPI job."""
+        del wake
+
     def membership_changes(self) -> list[tuple[str, int]]:
         """Workers that joined or died since the last call: none in a single MPI job.
 

@@ -5,8 +5,9 @@ at a time of the **dispatch loop** sends queued closures to idle workers and rec
 driven by the thread that schedules (an idle worker gets the function at once), by a thread
 waiting in ``fetch``/``join`` (for up to `PUMP_SECONDS` without progress, then it sleeps on a
 condition), else by the dispatcher thread, asleep while a user thread drives or nothing is
-pending. Short functions travel in **batches** (`hpcdist.strategies.ps.functions.take_batch`):
-one message carries several closures to a worker, one message all their results back.
+pending (woken by `schedule` and, in a fault-tolerant job, by each join or death). Short
+functions travel in **batches** (`hpcdist.strategies.ps.functions.take_batch`): one message
+carries several closures to a worker, one message all their results back.
 Functions travel with cloudpickle, once per worker; arguments are pickled when scheduled (none:
 nothing pickled). Variables travel as handles (`hpcdist.strategies.ps.variables`).
 
@@ -42,7 +43,7 @@ from hpcdist.errors import CancelledError, WorkerPreemptedError
 from hpcdist.settings import get_settings
 from hpcdist.strategies.ps.functions import FunctionCache, WorkerFunctions, finished, take_batch
 from hpcdist.strategies.ps.liveness import Liveness, Running
-from hpcdist.strategies.ps.rejoin import Rejoins, fail_all, requeue, take_back
+from hpcdist.strategies.ps.rejoin import Rejoins, fail_all, fail_each, requeue, take_back
 from hpcdist.strategies.ps.remote_values import (
     Closure,
     PerWorkerDataset,
@@ -79,6 +80,8 @@ DRIVE_SECONDS = 2e-3
 SPIN_PASSES = 50
 #: While every worker is busy, `schedule` looks for results at most this often.
 POLL_SECONDS = 5e-5
+#: Sleeping threads are woken by every change; they also look after this long (a safety net).
+SAFETY_SECONDS = 1.0
 
 
 class ClusterCoordinator:
@@ -135,6 +138,7 @@ class ClusterCoordinator:
         self._driven = self._polled = 0.0  # when a user thread last drove it, polled
         self._wake = threading.Event()  # wakes the dispatcher thread
         self._asleep = False
+        rt.on_membership_change(self._wake.set)  # a worker joined or died: take it in now
 
     # -- scheduling ----------------------------------------------------------------------------
 
@@ -268,7 +272,7 @@ class ClusterCoordinator:
         while not ready():
             with self._changed:
                 self._waiting += 1
-                woke = ready() or self._changed.wait(0.05)
+                woke = ready() or self._changed.wait(SAFETY_SECONDS)
                 self._waiting -= 1
             if not woke:
                 self._progress()  # in case no thread drives
@@ -291,10 +295,8 @@ class ClusterCoordinator:
             raise error
 
     def _cancel_queued(self) -> None:
-        while self._queue:
-            self._queue.popleft().remote_value.set_error(
-                CancelledError("cancelled: an earlier scheduled function failed")
-            )
+        message = "cancelled: an earlier scheduled function failed"
+        fail_each(self._queue, lambda: CancelledError(message))
 
     def _fail(self, closure: Closure, error: BaseException) -> None:
         """Fail one closure; the first failure of a scheduled one is raised by join."""
@@ -441,15 +443,11 @@ class ClusterCoordinator:
             if closures:  # not started yet, or done but unanswered: run them elsewhere
                 self._queue.extendleft(reversed(closures))
                 self._rt.cancel(worker)
-            while self._targeted[worker]:
-                self._targeted[worker].popleft().remote_value.set_error(error)
-                self._targeted_count -= 1
+            self._targeted_count -= fail_each(self._targeted[worker], lambda e=error: e)
             self._live = self._live_workers()
             if not self._live and not self._rejoins.absent:
-                while self._queue:
-                    self._queue.popleft().remote_value.set_error(
-                        self._liveness.unavailable("cannot run a queued function")
-                    )
+                make = functools.partial(self._liveness.unavailable, "cannot run a queued function")
+                fail_each(self._queue, make)
         return bool(overdue)
 
     # -- the dispatcher thread -----------------------------------------------------------------
@@ -485,9 +483,10 @@ class ClusterCoordinator:
             if not self._has_work():
                 self._asleep = True  # then look again: `schedule` reads it after appending
                 if not self._has_work():
-                    self._wake.wait(0.05)
+                    self._wake.wait(SAFETY_SECONDS)
                 self._asleep = False
                 self._wake.clear()
+                self._progress()  # a worker may have joined or died
             elif self._driving or time.perf_counter() - self._driven < DRIVE_SECONDS:
                 self._wake.wait(DRIVE_SECONDS)  # a user thread drives the loop
                 self._wake.clear()

@@ -29,6 +29,7 @@ import os
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -177,6 +178,10 @@ class FaultTolerantCoordinatorRuntime(CoordinatorRuntime):
     def present_workers(self) -> list[int]:
         """The worker ranks connected now."""
         return list(self.workers)
+
+    def on_membership_change(self, wake: Callable[[], None]) -> None:
+        """Call ``wake()`` (from the admission thread) whenever a worker or ps joins or dies."""
+        self.admission.on_event = wake
 
     def membership_changes(self) -> list[tuple[str, int]]:
         """Admit the workers that proved the secret, drop the dead; what changed, in order.

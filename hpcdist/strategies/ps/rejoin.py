@@ -5,7 +5,8 @@ that a worker died or joined. `Rejoins` keeps what that needs: which workers are
 (dead, or not joined yet) and how to rebuild every per-worker resource (datasets, iterators)
 on a worker that joins. `take_back` moves a dead worker's functions back to the queue;
 `requeue` puts closures a worker gave back or that must run again at the front; `fail_all`
-fails every closure not finished when the job cannot go on (a ps died).
+fails every closure not finished when the job cannot go on (a ps died); `fail_each` fails and
+removes the closures of one deque (cancelled, no worker left to run them).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from hpcdist.strategies.ps.remote_values import Closure
 
-__all__ = ["Rejoins", "fail_all", "requeue", "take_back"]
+__all__ = ["Rejoins", "fail_all", "fail_each", "requeue", "take_back"]
 
 
 class Rejoins:
@@ -105,3 +106,11 @@ def fail_all(
     for closure in closures:
         if not closure.remote_value.is_ready():
             closure.remote_value.set_error(error)
+
+
+def fail_each(closures: collections.deque[Any], error: Callable[[], BaseException]) -> int:
+    """Remove every closure of ``closures``, failing each with its own ``error()``; how many."""
+    count = len(closures)
+    while closures:
+        closures.popleft().remote_value.set_error(error())
+    return count

@@ -323,6 +323,25 @@ def case_update_not_torn_by_a_dying_worker():
     check("update_not_torn", ok, (value.min(), value.max()))
 
 
+def case_idle_coordinator_takes_changes_in():
+    """Nothing runs and no thread calls the coordinator: woken by the admission thread, the
+    dispatcher takes the death in at once (no timed wait stands in) and then the replacement."""
+    pids = worker_pids()
+    coordinator.join()
+    deaths, joins, before = rt.deaths, rt.joins, rt.admission.last_death_at
+    os.kill(pids[0], signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while rt.deaths == deaths and time.monotonic() < deadline:
+        time.sleep(1e-3)  # only looks: the dispatcher thread must do it
+    lag = time.monotonic() - rt.admission.last_death_at
+    seen = rt.admission.last_death_at != before
+    while rt.joins == joins and time.monotonic() < deadline:
+        time.sleep(1e-3)
+    measure("idle_death_taken_in", lag)
+    ok = seen and lag < 0.1 and rt.deaths > deaths and rt.joins > joins
+    check("idle_coordinator_takes_changes_in", ok, (lag, rt.deaths - deaths, rt.joins - joins))
+
+
 class Payload:
     """A pickle that, if anyone unpickled it, would create a file."""
 
