@@ -4,7 +4,8 @@ The convolution gathers the input's windows (im2col by strided views, numpy or C
 is one matrix product forward, slice by slice of the batch when the window matrix is large;
 backward, the kernel gradient is one product per slice (large window matrices are gathered
 again rather than kept) and the input gradient one product per kernel position added into a
-strided view (no window-gradient array).
+strided view (no window-gradient array); with few channels at stride 1, both gradients are
+taken on the padded input's grid instead (`hpcdist.core.conv_grid`).
 A depthwise convolution adds one strided view per kernel position (`depthwise_conv2d`).
 Max pooling works on one strided view per window position. Padding
 ``"same"`` follows TF: the output has ``ceil(size / stride)`` positions and the extra padding
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from hpcdist.core.autodiff import record
+from hpcdist.core.conv_grid import GRID_CHANNELS, grid_input_gradient, grid_kernel_gradient, on_grid
 from hpcdist.core.math_ops import same_device
 from hpcdist.core.reductions import sum_rows
 from hpcdist.core.tensors import Tensor, as_tensor
@@ -282,9 +284,15 @@ def conv2d(
     padded_shape, copied = padded.shape, padded is not x.value
     del padded
 
-    def kernel_gradient(g2: Any) -> Any:
+    # Few channels, stride 1: the gradients on the padded grid (`hpcdist.core.conv_grid`).
+    grid = xp is np and strides == (1, 1) and max(x.shape[3], filters) <= GRID_CHANNELS
+
+    def kernel_gradient(g2: Any, on: Any) -> Any:
         if kept_cols is not None:
             return (kept_cols.T @ g2).reshape(kernel.shape)
+        if on is not None:
+            images = _padded(x.value, window, strides, padding, 0.0)[0]
+            return grid_kernel_gradient(images, on, kernel.shape)
         grad = xp.zeros(flat_kernel.shape, g2.dtype)
         part = xp.empty(flat_kernel.shape, g2.dtype)
         for start, stop in chunks:
@@ -298,10 +306,14 @@ def conv2d(
 
     def backward(g: Any) -> tuple[Any, ...]:
         g2 = g.reshape(n * per_image, filters)
-        gk = kernel_gradient(g2) if kernel.trace else None
+        on = on_grid(g, padded_shape) if grid else None
+        gk = kernel_gradient(g2, on) if kernel.trace else None
         gx = None
         if x.trace:
-            gpad = _input_gradient(g2, kernel.value, padded_shape, strides, out_hw)
+            if on is not None:
+                gpad = grid_input_gradient(on, kernel.value, padded_shape)
+            else:
+                gpad = _input_gradient(g2, kernel.value, padded_shape, strides, out_hw)
             gx = _unpad(gpad, x.shape, top_left)
         if bias is None:
             return gx, gk
