@@ -65,17 +65,20 @@ def launcher_command(
     argv: list[str],
     environ: Mapping[str, str] | None = None,
     srun_options: Sequence[str] = (),
+    mpiexec_options: Sequence[str] = (),
+    guard: Sequence[str] = (),
 ) -> list[str]:
     """The command that starts ``argv`` on ``nprocs`` ranks: srun inside Slurm, else mpiexec.
 
-    ``srun_options`` go to ``srun`` (a job step's options); mpiexec gets none of them.
+    ``srun_options`` go to ``srun`` (a job step's options), ``mpiexec_options`` to mpiexec;
+    under mpiexec each rank runs under ``guard`` (a command prefix), if given.
     """
     python_prefix = [sys.executable, "-m", "hpcdist"] if argv and argv[0].endswith(".py") else []
     if in_slurm_allocation(environ):
         return ["srun", "--mpi=pmi2", *srun_options, "-n", str(nprocs), *python_prefix, *argv]
     local = Path(sys.executable).parent / "mpiexec"
     mpiexec = str(local) if local.exists() else shutil.which("mpiexec") or "mpiexec"
-    return [mpiexec, "-n", str(nprocs), *python_prefix, *argv]
+    return [mpiexec, *mpiexec_options, "-n", str(nprocs), *guard, *python_prefix, *argv]
 
 
 class JobSignals:

@@ -20,7 +20,8 @@ again with the same index, up to ``--worker-restarts`` times each (``HPCDIST_RES
 tells it which start it is); with none left, training goes on with the others. The launch
 ends when the server job ends: the workers it stopped exit by themselves, those still running
 after `WORKER_GRACE_S` are killed (at once when the server job failed), and the exit code is
-the server job's. The server job runs with ``-disable-auto-cleanup`` (under ``mpiexec``; ``srun
+the server job's. The server job runs with ``-disable-auto-cleanup`` and each of its ranks
+under a guard process (under ``mpiexec``: `hpcdist.cli.rank_guard`; ``srun
 --kill-on-bad-exit=0`` in Slurm): a dead ps then does not take the coordinator down with it,
 and the coordinator reports which ps died (`hpcdist.strategies.ps.membership`). A worker the
 coordinator finds hung past its deadline (``HPCDIST_TIMEOUT_SECONDS``) is named in a request
@@ -59,6 +60,8 @@ __all__ = ["WORKER_GRACE_S", "run_fault_tolerant"]
 
 #: Seconds the workers have to exit by themselves once the server job ended.
 WORKER_GRACE_S = 10.0
+#: The guard each rank of the server job runs under with mpiexec (run by its path).
+RANK_GUARD = Path(__file__).with_name("rank_guard.py")
 _POLL_S = 0.05
 
 
@@ -104,11 +107,18 @@ class _Launch:
         env["HPCDIST_RESTART_COUNT"] = str(restart)
         nprocs = 1 + self.num_ps if role == "server" else 1
         options = self._step_options(role, index, restart) if self.slurm else []
-        command = launcher_command(nprocs, self.argv, environ=self.env, srun_options=options)
-        if role == "server" and Path(command[0]).name == "mpiexec":
-            # A dead ps must not take the coordinator down before it can say which ps died:
-            # hydra then only signals SIGUSR1 to the others (the server ranks ignore it).
-            command.insert(1, "-disable-auto-cleanup")
+        server = role == "server"
+        command = launcher_command(
+            nprocs,
+            self.argv,
+            environ=self.env,
+            srun_options=options,
+            # A dead ps must not take the coordinator down: hydra then only signals SIGUSR1
+            # to the others (the server ranks ignore it), and a ps that a signal ended is
+            # seen by hydra as its guard's exit code (`hpcdist.cli.rank_guard`).
+            mpiexec_options=["-disable-auto-cleanup"] if server else [],
+            guard=[sys.executable, str(RANK_GUARD)] if server else [],
+        )
         return JobTree(subprocess.Popen(command, env=env, start_new_session=True))
 
     def _step_options(self, role: str, index: int, restart: int) -> list[str]:

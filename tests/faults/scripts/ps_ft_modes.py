@@ -47,6 +47,16 @@ def check(name, ok, detail=""):
     print(f"CHECK {name} {'PASS' if ok else 'FAIL ' + str(detail)}", flush=True)
 
 
+def server_rank_pids():
+    """The pid of each ps rank, in rank order: the ps processes, not their guards.
+
+    (A guard's parent is hydra's proxy; the launch directory holds the ranks' own pid files.)
+    """
+    launch_dir = Path(os.environ["HPCDIST_PS_LAUNCH"]).parent
+    files = [launch_dir / f"rank-{r}.pid" for r in range(1, 1 + len(rt.roles.ps))]
+    return [int(f.read_text().split()[1]) for f in files]
+
+
 def slow_pid():
     time.sleep(0.05)
     return os.getpid()
@@ -87,10 +97,8 @@ elif MODE in ("kill_ps", "kill_ps_schedule", "kill_ps_block", "ps_restart"):
         coordinator.schedule(inc)
     coordinator.join()
     np.save(OUT / "checkpoint.npy", counters[0].read_value())  # 20: the last checkpoint
-    proxy = os.getppid()
-    children = Path(f"/proc/{proxy}/task/{proxy}/children").read_text().split()
-    ps = sorted(int(pid) for pid in children if int(pid) != os.getpid())
-    victim = len(ps) - 1  # the ranks start in order: the last pid is the last ps
+    ps = server_rank_pids()
+    victim = len(ps) - 1  # the last ps
     print("KILLING", ps[victim], flush=True)
     t0 = time.monotonic()
     os.kill(ps[victim], signal.SIGKILL)
@@ -131,9 +139,7 @@ elif MODE == "stop_ps":
     pids = set()
     while len(pids) < len(rt.roles.workers):
         pids |= {rv.fetch() for rv in [coordinator.schedule(slow_pid) for _ in range(8)]}
-    proxy = os.getppid()
-    children = Path(f"/proc/{proxy}/task/{proxy}/children").read_text().split()
-    ps = sorted(int(pid) for pid in children if int(pid) != os.getpid())
+    ps = server_rank_pids()
     os.kill(ps[-1], signal.SIGSTOP)  # stopped, not dead: its socket stays open
     victim = min(pids)
     print("KILLING", victim, flush=True)
