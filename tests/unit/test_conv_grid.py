@@ -3,17 +3,8 @@
 import numpy as np
 import pytest
 
-import hpcdist as hd
 from hpcdist.core import conv_grid, conv_ops
-
-
-def conv_and_grads(x, kernel, weights, strides, padding):
-    xv, kv = hd.Variable(x), hd.Variable(kernel)
-    with hd.GradientTape() as tape:
-        y = conv_ops.conv2d(xv, kv, strides, padding)
-        loss = hd.nn.ops.reduce_sum(y * weights)
-    gx, gk = tape.gradient(loss, [xv, kv])
-    return y.value, np.asarray(gx), np.asarray(gk)
+from tests.unit.test_conv_chunks import conv_and_grads
 
 
 def case(rng, n, h, w, c, kh, kw, filters, padding, dtype):
