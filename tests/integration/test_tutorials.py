@@ -104,9 +104,11 @@ def test_parameter_server_training(tmp_path, ranks):
     """A coordinator, 2 ps and 1 (3) workers; the tutorial's StringLookup preprocessing."""
     out = run_tutorial("parameter_server_training.py", ranks, tmp_path, HPCDIST_NUM_PS="2")
     # Measured: one worker, accuracy 1.0 from the third epoch. Three workers update the ps
-    # asynchronously, so the running accuracy of the last steps varies more (0.86-1.0 in the
-    # last epoch, 0.89 after the final step, in 4 runs here); evaluation accuracy 1.0.
-    assert figure(out, "final accuracy") >= (0.9 if ranks == 4 else 0.75), out
-    assert float(out.split("Evaluation accuracy: ")[1].split()[0]) >= 0.75, out
+    # asynchronously, so the running accuracy of the last epoch's five steps varies with the
+    # interleaving: 0.86-1.0 on a quiet machine, down to 0.61 and 0.83 under load (a CI run;
+    # three busy processes beside it), with one step's loss at 20-26 there; the evaluation of
+    # the trained model gave 1.0 in each of the 9 runs where it was read (both of those).
+    assert figure(out, "final accuracy") >= (0.9 if ranks == 4 else 0.5), out
+    assert float(out.split("Evaluation accuracy: ")[1].split()[0]) >= 0.9, out
     first, last = re.findall(r"fit loss ([0-9.]+) -> ([0-9.]+)", out)[0]
     assert float(last) < float(first), out
