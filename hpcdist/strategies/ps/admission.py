@@ -181,6 +181,10 @@ class AdmissionServer:
             except queue.Empty:
                 return out
 
+    def pending(self) -> bool:
+        """Whether events wait for the next `events` call."""
+        return not self._events.empty()
+
     def wait_event(self, timeout: float) -> tuple[str, int, Admitted | None] | None:
         """The next event, waiting up to ``timeout`` seconds; None if none came."""
         try:

@@ -90,6 +90,10 @@ class CoordinatorRuntime(Runtime):
         """``wake()`` is called when a worker joins or dies: never in a single MPI job."""
         del wake
 
+    def membership_pending(self) -> bool:
+        """Whether joins or deaths wait for `membership_changes`: never in a single MPI job."""
+        return False
+
     def membership_changes(self) -> list[tuple[str, int]]:
         """Workers that joined or died since the last call: none in a single MPI job.
 

@@ -245,8 +245,10 @@ class ClusterCoordinator:
         with self._lock:  # a pass moves closures from the queue to a worker: see it done
             return not self._queue and not self._inflight and not self._targeted_count
 
-    def _has_work(self) -> bool:  # whether a pass may have something to receive or send
-        return bool(self._inflight or self._targeted_count or (self._queue and self._error is None))
+    def _has_work(self) -> bool:  # whether a pass may have something to receive, send or admit
+        if self._inflight or self._targeted_count or (self._queue and self._error is None):
+            return True
+        return self._rt.membership_pending()  # a worker joined or died (a fault-tolerant job)
 
     def _wait_for(self, ready: Callable[[], bool]) -> None:
         """Return once ``ready()``: drive the loop from this thread, then sleep until a change."""
@@ -486,7 +488,6 @@ class ClusterCoordinator:
                     self._wake.wait(SAFETY_SECONDS)
                 self._asleep = False
                 self._wake.clear()
-                self._progress()  # a worker may have joined or died
             elif self._driving or time.perf_counter() - self._driven < DRIVE_SECONDS:
                 self._wake.wait(DRIVE_SECONDS)  # a user thread drives the loop
                 self._wake.clear()

@@ -183,6 +183,10 @@ class FaultTolerantCoordinatorRuntime(CoordinatorRuntime):
         """Call ``wake()`` (from the admission thread) whenever a worker or ps joins or dies."""
         self.admission.on_event = wake
 
+    def membership_pending(self) -> bool:
+        """Whether joins or deaths wait for `membership_changes` (none once the job failed)."""
+        return self.fatal is None and self.admission.pending()
+
     def membership_changes(self) -> list[tuple[str, int]]:
         """Admit the workers that proved the secret, drop the dead; what changed, in order.
 
