@@ -284,8 +284,10 @@ def conv2d(
     padded_shape, copied = padded.shape, padded is not x.value
     del padded
 
-    # Few channels, stride 1: the gradients on the padded grid (`hpcdist.core.conv_grid`).
+    # Few channels, stride 1: the gradients on the padded grid (`hpcdist.core.conv_grid`), built
+    # only when one of them will use it (the input's, or the kernel's without kept windows).
     grid = xp is np and strides == (1, 1) and max(x.shape[3], filters) <= GRID_CHANNELS
+    grid = grid and (x.trace or kept_cols is None)
 
     def kernel_gradient(g2: Any, on: Any) -> Any:
         if kept_cols is not None:
