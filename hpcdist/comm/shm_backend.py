@@ -183,41 +183,52 @@ class ShmBackend(DelegatingBackend):
             self._views[key] = views
         return views
 
+    def small_views(
+        self, dtype: np.dtype, shape: tuple[int, ...]
+    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Every rank's slot as an array of ``shape`` and ``dtype``, in each parity's buffer.
+
+        The small all-reduce's plans keep them, so that a call looks nothing up.
+        """
+        count = int(np.prod(shape, dtype=np.int64))
+        return (
+            [v.reshape(shape) for v in self.typed_slots(0, dtype, count)],
+            [v.reshape(shape) for v in self.typed_slots(1, dtype, count)],
+        )
+
     def allreduce_small(
         self,
         x: np.ndarray,
+        views: tuple[list[np.ndarray], list[np.ndarray]],
         ufunc: np.ufunc,
         print_: int | None,
         header: Callable[[], Header],
         deadline: Deadline,
         out: np.ndarray | None = None,
     ) -> np.ndarray:
-        """Hot path: reduce a contiguous array of at most ``direct_bytes`` into a new array.
+        """Hot path: reduce a contiguous array of at most ``direct_bytes``.
 
         The protocol of `allreduce` with a header (`_allreduce_direct`), with the header's
         fingerprint computed by the caller and the full header built only for a mismatch.
 
         Args:
             x: The input (contiguous, on every rank the same size if the check passes).
+            views: `small_views` of ``x``'s dtype and shape.
             ufunc: The reduction.
             print_: Fingerprint of this rank's header; None when headers are not compared.
             header: Builds the full header, called only to describe a mismatch.
             deadline: Bounds the wait.
-            out: Where to write the result (may be ``x``); a new array by default.
+            out: Where to write the result (may be ``x``); a new array by default (not for a
+                0-d ``x``: numpy's ufuncs return scalars there).
+
+        Returns:
+            ``out``, or the new array.
         """
-        b = (self.phase + 1) & 1
-        me = self.me
-        views = self._views.get((b, x.dtype.char, x.size))
-        if views is None:
-            views = self.typed_slots(b, x.dtype, x.size)
-        np.copyto(views[me], x if x.ndim == 1 else x.reshape(-1))
+        slots = views[(self.phase + 1) & 1]
+        slots[self.me][...] = x
         if self._meet(print_, deadline):
             self._raise_mismatch(header(), deadline)
-        result = np.empty_like(views[me]) if out is None else out.reshape(-1)
-        reduce_in_rank_order(ufunc, views, result)
-        if out is not None:
-            return out
-        return result if x.ndim == 1 else result.reshape(x.shape)
+        return reduce_in_rank_order(ufunc, slots, out)
 
     # -- collectives ----------------------------------------------------------------------------
 
@@ -401,7 +412,9 @@ class ShmBackend(DelegatingBackend):
             self.win.Free()
 
 
-def reduce_in_rank_order(ufunc: np.ufunc, operands: Sequence[np.ndarray], out: np.ndarray) -> None:
+def reduce_in_rank_order(
+    ufunc: np.ufunc, operands: Sequence[np.ndarray], out: np.ndarray | None = None
+) -> np.ndarray:
     """``out = operands[0] op operands[1] op ...``, folded left in rank order.
 
     Every rank reduces in the same order, so all of them get bitwise-identical results (floating
@@ -410,13 +423,18 @@ def reduce_in_rank_order(ufunc: np.ufunc, operands: Sequence[np.ndarray], out: n
 
     Args:
         ufunc: The reduction.
-        operands: One array per rank (at least two), in rank order.
-        out: The result.
+        operands: One array per rank (at least two, of at least one dimension when ``out`` is
+            None), in rank order.
+        out: The result; None: a new array.
+
+    Returns:
+        ``out``, or the new array.
     """
-    ufunc(operands[0], operands[1], out=out)
+    out = ufunc(operands[0], operands[1], out=out)
     if len(operands) > 2:  # no loop set up for two ranks: this runs on the fast path
         for operand in operands[2:]:
             ufunc(out, operand, out=out)
+    return out
 
 
 class _Members:

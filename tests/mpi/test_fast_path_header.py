@@ -176,3 +176,20 @@ def test_the_fast_path_holds_the_runner_lock_against_async_collectives(comm):
     assert len(results) == 2 * calls
     assert all((r == comm.size).all() for r in results)
     assert (comm.allreduce(np.ones(3)) == comm.size).all()
+
+
+def test_more_shapes_than_the_fast_path_keeps_plans_for(comm):
+    """Each op, dtype and shape gets a plan; past 256 they are dropped and made again.
+
+    300 shapes in turn, each twice (both buffer parities), then the first ones again, every
+    result exact and the general path still meeting the fast one on the shapes made anew.
+    """
+    for round_ in range(2):
+        for n in range(2, 302):
+            x = np.full(n, comm.rank + 1, np.int64)
+            for _ in range(2):
+                arg = x if (comm.rank + n + round_) % 2 else strided(x)
+                out = comm.allreduce(arg, "sum")
+                assert out.shape == (n,) and (out == comm.size * (comm.size + 1) // 2).all()
+    scalar = comm.allreduce(np.float64(comm.rank).reshape(()), "max")
+    assert scalar.shape == () and isinstance(scalar, np.ndarray) and scalar == comm.size - 1
