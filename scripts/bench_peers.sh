@@ -10,26 +10,20 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 venv=${PEERS_VENV:-$root/.venv-peers}
-python=${PYTHON:-python3}
-stamp=$venv/.peers-installed
 # torch: the CPU build. A plain `pip install torch` may resolve to a CUDA build of several GB;
 # TORCH_SPEC names the release whose CPU wheel this machine's package index serves.
 torch_spec=${TORCH_SPEC:-torch==2.13.0}
 tf_spec=${TF_SPEC:-tensorflow-cpu==2.21.*}
-want=$( (cat setup.cfg pyproject.toml; echo "$torch_spec $tf_spec threadpoolctl") | sha256sum | cut -d' ' -f1)
 t_start=$(date +%s)
-if [ ! -x "$venv/bin/python" ]; then
-  "$python" -m venv "$venv" >&2
-fi
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  "$venv/bin/python" -m pip install -q --upgrade pip >&2
-  "$venv/bin/python" -m pip install -q "$torch_spec" "$tf_spec" threadpoolctl -e "$root[mpich,bench]" >&2
-  # a CUDA build would pull nvidia-* wheels: refuse it rather than benchmark the wrong thing
-  if "$venv/bin/python" -m pip list 2>/dev/null | grep -qi '^nvidia-'; then
-    echo "bench_peers: torch pulled CUDA packages; set TORCH_SPEC to a CPU build" >&2
-    exit 1
-  fi
-  echo "$want" >"$stamp"
+# shellcheck source=scripts/ensure_venv.sh
+source "$root/scripts/ensure_venv.sh"
+ensure_venv "$venv" "$(install_key setup.cfg pyproject.toml -- "$torch_spec" "$tf_spec" threadpoolctl)" \
+  "$torch_spec" "$tf_spec" threadpoolctl -e "$root[mpich,bench]"
+# a CUDA build would pull nvidia-* wheels: refuse it rather than benchmark the wrong thing
+if [ "$VENV_INSTALLED" = 1 ] && "$venv/bin/python" -m pip list 2>/dev/null | grep -qi '^nvidia-'; then
+  rm -f "$VENV_STAMP"
+  echo "bench_peers: torch pulled CUDA packages; set TORCH_SPEC to a CPU build" >&2
+  exit 1
 fi
 [ "${PEERS_SETUP_ONLY:-0}" = 1 ] && exit 0
 

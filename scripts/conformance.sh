@@ -8,22 +8,14 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 venv=${CONFORMANCE_VENV:-$root/.venv-conformance}
-python=${PYTHON:-python3}
 tf_spec=${TF_SPEC:-tensorflow-cpu==2.21.*}
 # tensorboard: the tutorials' TensorBoard callback, under both libraries (tests/conformance/test_tutorials.py)
 extras=mpich,test,tensorboard
-stamp=$venv/.conformance-installed
-want=$( (cat setup.cfg pyproject.toml; echo "$tf_spec $extras") | sha256sum | cut -d' ' -f1)
 t_start=$(date +%s)
-if [ ! -x "$venv/bin/python" ]; then
-  "$python" -m venv "$venv" >&2
-fi
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  echo "== installing $tf_spec and hpcdist into $venv" >&2
-  "$venv/bin/python" -m pip install -q --upgrade pip >&2
-  "$venv/bin/python" -m pip install -q "$tf_spec" "pytest>=8" -e "$root[$extras]" >&2
-  echo "$want" >"$stamp"
-fi
+# shellcheck source=scripts/ensure_venv.sh
+source "$root/scripts/ensure_venv.sh"
+ensure_venv "$venv" "$(install_key setup.cfg pyproject.toml -- "$tf_spec" "$extras")" \
+  "$tf_spec" "pytest>=8" -e "$root[$extras]"
 t_ready=$(date +%s)
 echo "== environment ready in $((t_ready - t_start)) s" >&2
 

