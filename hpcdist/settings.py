@@ -151,6 +151,7 @@ _RULES: dict[str, Callable[[Any], Any]] = {
     "overlap_bucket_bytes": _int_rule(0),
     "ps_launch": _path,
     "count_messages": _bool,
+    "keep_freed_memory": _bool,
 }
 
 
@@ -221,6 +222,10 @@ class Settings:
         count_messages: Count the MPI operations this process starts (calls and bytes per
             kind, `hpcdist.comm.counters`); read once, when hpcdist's comm package is imported.
             Env: ``HPCDIST_COUNT_MESSAGES``.
+        keep_freed_memory: Set glibc malloc's thresholds so that freed arrays' memory is kept
+            for reuse instead of being returned to the kernel and faulted in again by the next
+            step (`hpcdist.utils.heap`); read once, when `hpcdist.core` is imported.
+            Env: ``HPCDIST_KEEP_FREED_MEMORY``.
 
     Raises:
         ValueError: A value breaks its field's rule; the message names the field, what is
@@ -249,6 +254,7 @@ class Settings:
     overlap_bucket_bytes: int = 4 << 20
     ps_launch: str | None = None
     count_messages: bool = False
+    keep_freed_memory: bool = True
 
     def __post_init__(self) -> None:
         for name, rule in _RULES.items():

@@ -16,6 +16,7 @@ from hpcdist._version import __version__
 from hpcdist.cluster import resolve
 from hpcdist.cluster.gpus import pick_gpu, visible_gpu_count
 from hpcdist.settings import get_settings
+from hpcdist.utils import heap
 
 __all__ = ["info_lines"]
 
@@ -86,6 +87,7 @@ def info_lines() -> list[str]:
         f"GPU binding:      {_gpu_binding(resolver.local_rank)}",
         f"CUDA-aware MPI:   {_cuda_aware_mpi()}",
         f"h5py parallel:    {'yes (mpio driver)' if h5py.get_config().mpi else 'no (serial HDF5)'}",
+        f"freed memory:     {heap.status()}",
         f"settings:         {get_settings()}",
     ]
     return lines

@@ -5,8 +5,11 @@ Python floats), autodiff (`autodiff`: `GradientTape`) with its differentiable op
 (`math_ops`, registered as the operators of tensors and variables), the base `Variable` with its
 enums and storage, the strategy context (which strategy and replica are current), and the
 checkpoint protocol (`trackable`) that objects implement to be saved. It imports nothing above
-the foundation: no communication, no strategy, no model.
+the foundation: no communication, no strategy, no model. Importing it keeps freed arrays' memory
+for reuse (`hpcdist.utils.heap`; ``HPCDIST_KEEP_FREED_MEMORY=0`` turns that off).
 """
+
+import os
 
 from hpcdist.core import autodiff, context, math_ops, tensors, trackable, variables
 from hpcdist.core.autodiff import GradientTape
@@ -24,6 +27,14 @@ from hpcdist.core.variables import (
     Variable,
     VariableAggregation,
     VariableSynchronization,
+)
+from hpcdist.settings import Settings
+from hpcdist.utils import heap
+
+_ENV = "HPCDIST_KEEP_FREED_MEMORY"
+# Arrays' temporaries: their memory is kept for the next step (read once, only this variable).
+heap.keep_freed_memory(
+    Settings.from_env({_ENV: os.environ[_ENV]} if _ENV in os.environ else {}).keep_freed_memory
 )
 
 __all__ = [
