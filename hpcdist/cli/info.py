@@ -12,6 +12,7 @@ import numpy as np
 from mpi4py import MPI
 
 from hpcdist import comm as hd_comm
+from hpcdist import core as _core  # noqa: F401  (sets the heap's thresholds as a program does)
 from hpcdist._version import __version__
 from hpcdist.cluster import resolve
 from hpcdist.cluster.gpus import pick_gpu, visible_gpu_count

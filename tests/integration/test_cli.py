@@ -32,6 +32,7 @@ def test_info_single_process():
         "CUDA-aware MPI:",
         "h5py parallel:",
         "resolver:         SimpleClusterResolver",
+        "freed memory:     ",
     ):
         assert key in result.stdout
 
