@@ -77,6 +77,31 @@ def test_normal_cdf_keeps_its_relative_accuracy_in_the_left_tail():
     assert special_ops.normal_cdf_values(np.array([-40.0, 40.0])).tolist() == [0.0, 1.0]
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_erf_and_the_normal_cdf_of_any_layout_and_of_0d_arrays(dtype):
+    """Transposed, strided and 0-d inputs give the values of the same numbers laid out flat.
+
+    The tail piece is computed at flat positions, so the layout must not move them; a 0-d input
+    used to fail inside the tail piece (numpy's ufuncs return scalars on 0-d arrays).
+    """
+    x = (np.random.default_rng(3).standard_normal((40, 30)) * 3).astype(dtype)
+    for f in (special_ops.erf_values, special_ops.normal_cdf_values):
+        flat = f(x.reshape(-1))
+        for view, picked in ((x.T, x.T.reshape(-1)), (x[::3, 1::2], x[::3, 1::2].reshape(-1))):
+            got = f(view)
+            assert got.shape == view.shape and got.dtype == x.dtype
+            np.testing.assert_array_equal(got.reshape(-1), f(picked))
+        np.testing.assert_array_equal(f(x), flat.reshape(x.shape))
+    for v in (0.3, -2.5, 7.0):
+        scalar = np.asarray(v, dtype)
+        assert special_ops.erf_values(scalar) == pytest.approx(math.erf(v), rel=1e-6)
+        expected = 0.5 * math.erfc(-v / math.sqrt(2))
+        assert special_ops.normal_cdf_values(scalar) == pytest.approx(expected, rel=1e-5)
+    assert float(special_ops.gelu(np.asarray(-2.5, dtype))) == pytest.approx(
+        -2.5 * 0.5 * math.erfc(2.5 / math.sqrt(2)), rel=1e-5
+    )
+
+
 def test_gelu_and_silu_values():
     x = np.linspace(-5, 5, 101)
     exact = np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x])
