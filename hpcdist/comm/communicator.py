@@ -49,6 +49,9 @@ from hpcdist.settings import Settings, get_settings
 
 __all__ = ["Communicator", "Handle", "world"]
 
+#: Options the small all-reduce's timeout cache has not seen yet.
+_UNSEEN = object()
+
 
 class Communicator:
     """Collectives over a group of ranks.
@@ -212,8 +215,8 @@ class Communicator:
             and (not in_place or x.flags.writeable)
             and not timeline.active()
         ):
-            timeout = self._small_timeouts.get(options, NOT_SMALL)
-            if timeout is NOT_SMALL:
+            timeout = self._small_timeouts.get(options, _UNSEEN)
+            if timeout is _UNSEEN:
                 timeout = self._reduce.small_timeout(options)
             if timeout is not NOT_SMALL:
                 self._acquire()  # not ``with``: half the cost on this path

@@ -70,15 +70,16 @@ def _apply() -> str:
         libc = ctypes.CDLL(None)  # the process's own C library
         version = libc.gnu_get_libc_version  # glibc only
         mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):  # TypeError: Windows' CDLL needs a name
         return "left to the C library (not glibc)"
     version.restype = ctypes.c_char_p
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
     values = ((_M_MMAP_THRESHOLD, MMAP_THRESHOLD), (_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
-    for param, value in (*values, (_M_TOP_PAD, TOP_PAD)):
+    for done, (param, value) in enumerate((*values, (_M_TOP_PAD, TOP_PAD))):
         if mallopt(param, value) != 1:
-            return f"left to glibc {version().decode()} (mallopt({param}, {value}) refused)"
+            what = "partly set" if done else "left to glibc"
+            return f"{what} (glibc {version().decode()} refused mallopt({param}, {value}))"
     return (
         f"kept (glibc {version().decode()}: blocks up to {MMAP_THRESHOLD >> 20} MiB from the "
         f"heap, its top trimmed beyond {TRIM_THRESHOLD >> 20} MiB)"
