@@ -12,6 +12,7 @@ import numpy as np
 
 from hpcdist.core.autodiff import record, unbroadcast
 from hpcdist.core.dtypes import as_dtype
+from hpcdist.core.reductions import max_last_axis
 from hpcdist.core.tensors import Tensor, as_tensor, is_python_data, python_array, register_operator
 from hpcdist.utils.xp import array_module, as_array_like, is_device_array, scatter_add
 
@@ -434,11 +435,18 @@ def gather(params: Any, ids: Any) -> Tensor:
     return record(params.value[ids], (params,), backward)
 
 
+def _max_keepdims(x: Any, axis: Any) -> Any:
+    """``x.max(axis=axis, keepdims=True)``, the last axis by `reductions.max_last_axis`."""
+    if axis == -1 or (isinstance(axis, int) and x.ndim and axis == x.ndim - 1):
+        return max_last_axis(x)
+    return x.max(axis=axis, keepdims=True)
+
+
 def log_softmax(a: Any, axis: int = -1) -> Tensor:
     """``log(softmax(a))`` computed stably."""
     a = _tensor(a)
     xp = array_module(a.value)
-    shifted = a.value - a.value.max(axis=axis, keepdims=True)
+    shifted = a.value - _max_keepdims(a.value, axis)
     out = shifted - xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True))
     soft = xp.exp(out)
     return record(out, (a,), lambda g: (g - soft * g.sum(axis=axis, keepdims=True),))
@@ -447,7 +455,7 @@ def log_softmax(a: Any, axis: int = -1) -> Tensor:
 def softmax(a: Any, axis: int = -1) -> Tensor:
     """Softmax along ``axis``."""
     a = _tensor(a)
-    shifted = array_module(a.value).exp(a.value - a.value.max(axis=axis, keepdims=True))
+    shifted = array_module(a.value).exp(a.value - _max_keepdims(a.value, axis))
     out = shifted / shifted.sum(axis=axis, keepdims=True)
     return record(out, (a,), lambda g: (out * (g - (g * out).sum(axis=axis, keepdims=True)),))
 

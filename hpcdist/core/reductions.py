@@ -11,6 +11,10 @@ error of 1.8e-6 against numpy's 5.1e-6 (float64 reference).
 
 Only numpy's float32 and float64 take the product (numpy's float16 ``matmul`` has no BLAS);
 other arrays (CuPy, other dtypes) are summed by their own ``sum``.
+
+The softmaxes' maximum over a short last axis (`max_last_axis`: attention's rows of 16 keys)
+folds halves with ``maximum`` instead of numpy's ``max(axis=-1)``, which sets up its inner loop
+once per row: exact, and 0.15 against 0.42 ms on a ``(128, 2, 16, 16)`` float32 array.
 """
 
 from __future__ import annotations
@@ -19,11 +23,13 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["sum_columns", "sum_rows", "sum_rows_of_product"]
+__all__ = ["max_last_axis", "sum_columns", "sum_rows", "sum_rows_of_product"]
 
 _BLAS_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _ONES: dict[tuple[int, str], np.ndarray] = {}
 _MAX_ONES = 32  # distinct (rows, dtype) pairs kept
+#: Longest last axis whose maximum `max_last_axis` folds (longer rows amortise numpy's loop).
+_FOLD_MAX = 64
 
 
 def _ones(rows: int, dtype: np.dtype) -> np.ndarray:
@@ -54,3 +60,23 @@ def sum_columns(x: Any) -> Any:
     if type(x) is np.ndarray and x.dtype in _BLAS_DTYPES and x.shape[1]:
         return x @ _ones(x.shape[1], x.dtype)
     return x.sum(axis=1)
+
+
+def max_last_axis(x: Any) -> Any:
+    """``x.max(axis=-1, keepdims=True)``: on numpy, short rows by folding halves (exact).
+
+    Each fold takes the ``maximum`` of the first and second half of the remaining columns (an
+    odd column left over is folded into the first), so the result is the same maximum, NaN
+    included; a size-0 axis raises as ``max`` does.
+    """
+    n = x.shape[-1] if x.ndim else 0
+    if type(x) is not np.ndarray or not 2 <= n <= _FOLD_MAX:
+        return x.max(axis=-1, keepdims=True)
+    m = x
+    while n > 1:
+        half = n // 2
+        folded = np.maximum(m[..., :half], m[..., half : 2 * half])
+        if n % 2:
+            np.maximum(folded[..., :1], m[..., 2 * half :], out=folded[..., :1])
+        m, n = folded, half
+    return m

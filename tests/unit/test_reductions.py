@@ -1,10 +1,13 @@
-"""`hpcdist.core.reductions`: row and column sums equal numpy's (BLAS where it applies)."""
+"""`hpcdist.core.reductions`: row and column sums equal numpy's (BLAS where it applies), and the
+last-axis maximum is numpy's bit for bit.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from hpcdist.core import reductions
 from hpcdist.core.autodiff import unbroadcast
 from hpcdist.core.reductions import sum_columns, sum_rows, sum_rows_of_product
 
@@ -59,3 +62,26 @@ def test_unbroadcast_over_leading_axes_and_inner_axes():
         unbroadcast(g, (1, 1)), g.sum(axis=(0, 1, 2)).sum(keepdims=True)[None], rtol=1e-5
     )
     assert unbroadcast(np.zeros((0, 6), np.float32), (6,)).shape == (6,)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32])
+@pytest.mark.parametrize(
+    "shape", [(5, 2), (3, 3), (4, 7), (2, 16), (6, 17), (1, 64), (3, 65), (2, 3, 1)]
+)
+def test_max_last_axis_is_numpys_max_bit_for_bit(shape, dtype):
+    """Folded halves give ``max(axis=-1, keepdims=True)``: odd lengths, NaN and -inf included."""
+    rng = np.random.default_rng(sum(shape))
+    x = (rng.standard_normal(shape) * 10).astype(dtype)
+    if np.dtype(dtype).kind == "f":
+        x[..., 0] = -np.inf
+        x.reshape(-1)[-1] = np.nan
+    got = reductions.max_last_axis(x)
+    expected = x.max(axis=-1, keepdims=True)
+    assert got.shape == expected.shape and got.dtype == expected.dtype
+    np.testing.assert_array_equal(got, expected)
+    np.testing.assert_array_equal(reductions.max_last_axis(x.T.copy().T), expected)
+
+
+def test_max_last_axis_raises_as_max_on_an_empty_axis():
+    with pytest.raises(ValueError):
+        reductions.max_last_axis(np.zeros((3, 0)))
