@@ -4,8 +4,10 @@
 batch axes (a letter in both operands and in the output, as attention's ``"btnh,bsnh->bnts"``)
 is left to its own C loop, without BLAS. A `Contraction` is planned once per equation and
 operand shapes (`plan`, cached): each operand is transposed to (batch, free, summed) or
-(batch, summed, free) and reshaped to three axes, the two are multiplied with ``matmul``, and
-the product is reshaped and transposed to the output's order. The same plan serves numpy and
+(batch, summed, free) and its free and its summed axes merged into one each (the batch axes stay
+apart: ``matmul`` broadcasts over them, so a transposed operand whose matrices BLAS can read as
+they lie, attention's, is not copied), the two are multiplied with ``matmul``, and the product
+is reshaped and transposed to the output's order. The same plan serves numpy and
 CuPy arrays.
 """
 
@@ -25,17 +27,17 @@ class Contraction:
 
     Attributes:
         perm_a: Axes of ``a`` in (batch, free, summed) order.
-        matrix_a: ``a`` as (batch, rows, summed).
+        matrix_a: ``a`` as (batch axes..., rows, summed).
         perm_b: Axes of ``b`` in (batch, summed, free) order.
-        matrix_b: ``b`` as (batch, summed, columns).
+        matrix_b: ``b`` as (batch axes..., summed, columns).
         product: The product's shape with its axes unfolded (batch, free of a, free of b).
         perm_out: Axes of the unfolded product in the output's order.
     """
 
     perm_a: tuple[int, ...]
-    matrix_a: tuple[int, int, int]
+    matrix_a: tuple[int, ...]
     perm_b: tuple[int, ...]
-    matrix_b: tuple[int, int, int]
+    matrix_b: tuple[int, ...]
     product: tuple[int, ...]
     perm_out: tuple[int, ...]
 
@@ -83,11 +85,12 @@ def plan(
         return math.prod(size[c] for c in letters)
 
     unfolded = batch + free_a + free_b
+    kept = tuple(size[c] for c in batch)
     return Contraction(
         perm_a=tuple(spec_a.index(c) for c in batch + free_a + summed),
-        matrix_a=(sizes(batch), sizes(free_a), sizes(summed)),
+        matrix_a=(*kept, sizes(free_a), sizes(summed)),
         perm_b=tuple(spec_b.index(c) for c in batch + summed + free_b),
-        matrix_b=(sizes(batch), sizes(summed), sizes(free_b)),
+        matrix_b=(*kept, sizes(summed), sizes(free_b)),
         product=tuple(size[c] for c in unfolded),
         perm_out=tuple(unfolded.index(c) for c in spec_out),
     )
