@@ -301,6 +301,20 @@ class Settings:
         values.update(overrides)
         return cls(**values)
 
+    @classmethod
+    def one(cls, name: str, environ: Mapping[str, str] | None = None) -> Any:
+        """The setting ``name`` from its own environment variable alone, else its default.
+
+        For a module that reads one setting when it is imported: other ``HPCDIST_*``
+        variables, even invalid ones, are not looked at.
+
+        Raises:
+            ValueError: The variable breaks the setting's rule (naming it and the value).
+        """
+        environ = os.environ if environ is None else environ
+        key = ENV_PREFIX + name.upper()
+        return getattr(cls.from_env({key: environ[key]} if key in environ else {}), name)
+
 
 _cached: Settings | None = None
 

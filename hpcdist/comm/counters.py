@@ -27,7 +27,6 @@ Kinds used by the owners:
 
 from __future__ import annotations
 
-import os
 import pickle
 from typing import Any
 
@@ -35,11 +34,8 @@ from hpcdist.settings import Settings
 
 __all__ = ["COUNTING", "add", "add_pickled", "reset", "snapshot", "total"]
 
-_ENV = "HPCDIST_COUNT_MESSAGES"
 #: Whether counting is on (fixed at import).
-COUNTING: bool = Settings.from_env(
-    {_ENV: os.environ[_ENV]} if _ENV in os.environ else {}
-).count_messages
+COUNTING: bool = Settings.one("count_messages")
 
 _calls: dict[str, int] = {}
 _bytes: dict[str, int] = {}

@@ -9,8 +9,6 @@ the foundation: no communication, no strategy, no model. Importing it keeps free
 for reuse (`hpcdist.utils.heap`; ``HPCDIST_KEEP_FREED_MEMORY=0`` turns that off).
 """
 
-import os
-
 from hpcdist.core import autodiff, context, math_ops, tensors, trackable, variables
 from hpcdist.core.autodiff import GradientTape
 from hpcdist.core.tensors import IndexedSlices, Tensor, constant, convert_to_tensor
@@ -31,11 +29,8 @@ from hpcdist.core.variables import (
 from hpcdist.settings import Settings
 from hpcdist.utils import heap
 
-_ENV = "HPCDIST_KEEP_FREED_MEMORY"
 # Arrays' temporaries: their memory is kept for the next step (read once, only this variable).
-heap.keep_freed_memory(
-    Settings.from_env({_ENV: os.environ[_ENV]} if _ENV in os.environ else {}).keep_freed_memory
-)
+heap.keep_freed_memory(Settings.one("keep_freed_memory"))
 
 __all__ = [
     "CheckpointVariable",

@@ -160,3 +160,11 @@ def test_logger_prints_on_chief_and_prefixes_others(monkeypatch, capsys):
     assert "hidden info" not in err
     assert "[rank 2/4] visible warning" in err
     assert logger.level == logging.INFO
+
+
+def test_one_setting_reads_its_own_variable_alone():
+    environ = {"HPCDIST_KEEP_FREED_MEMORY": "0", "HPCDIST_NO_SUCH_SETTING": "x"}
+    assert Settings.one("keep_freed_memory", environ) is False
+    assert Settings.one("count_messages", environ) is False  # default; the stranger is ignored
+    with pytest.raises(ValueError, match="HPCDIST_COUNT_MESSAGES='maybe'"):
+        Settings.one("count_messages", {"HPCDIST_COUNT_MESSAGES": "maybe"})
