@@ -78,7 +78,7 @@ def _work_dtype(dtype: np.dtype) -> np.dtype:
     return np.dtype(np.float32 if dtype.kind == "f" and dtype.itemsize <= 4 else np.float64)
 
 
-def _pieces(t: Any) -> tuple[Any, Any, Any]:
+def _pieces(t: Any) -> tuple[Any, Any, Any, Any]:
     """``erf(t)`` where ``|t| < 2``, and ``erfc(|t|)`` where ``|t| >= 2`` with those positions.
 
     The small piece is evaluated on the whole of ``t`` (float32 or float64, its dtype kept), its
@@ -89,8 +89,8 @@ def _pieces(t: Any) -> tuple[Any, Any, Any]:
     small piece (it is not ``>= 2``).
 
     Returns:
-        ``(erf_small, index, erfc_large)``: the small piece on all of ``t``, the flat positions
-        where ``|t| >= 2``, and ``erfc(|t|)`` there.
+        ``(erf_small, index, tail, erfc_large)``: the small piece on all of ``t``, the flat
+        positions where ``|t| >= 2``, ``t`` there, and ``erfc(|t|)`` there.
     """
     xp, dtype = array_module(t), t.dtype
     small_c, large_c = _COEFFICIENTS[dtype]
@@ -102,7 +102,8 @@ def _pieces(t: Any) -> tuple[Any, Any, Any]:
     erf_small *= s
     flat = t.reshape(-1)
     index = xp.flatnonzero(xp.abs(flat) >= dtype.type(_SPLIT))
-    a = xp.abs(flat[index])
+    tail = flat[index]
+    a = xp.abs(tail)
     z = xp.minimum(a, dtype.type(_ONE))
     u = dtype.type(2 * _SPLIT) / z
     u -= dtype.type(1)
@@ -113,7 +114,7 @@ def _pieces(t: Any) -> tuple[Any, Any, Any]:
     xp.exp(z, out=z)
     erfc_large *= z
     erfc_large[a >= dtype.type(_ONE)] = 0
-    return erf_small, index, erfc_large
+    return erf_small, index, tail, erfc_large
 
 
 def erf_values(x: Any) -> Any:
@@ -121,9 +122,9 @@ def erf_values(x: Any) -> Any:
     xp = array_module(x)
     dtype = x.dtype if x.dtype.kind == "f" else np.dtype(np.float64)
     t = x.astype(_work_dtype(x.dtype), order="C", copy=False)  # flat positions: C order
-    out, index, erfc_large = _pieces(t)
+    out, index, tail, erfc_large = _pieces(t)
     xp.subtract(t.dtype.type(1), erfc_large, out=erfc_large)
-    out.reshape(-1)[index] = xp.copysign(erfc_large, t.reshape(-1)[index])
+    out.reshape(-1)[index] = xp.copysign(erfc_large, tail)
     return out.astype(dtype, copy=False)
 
 
@@ -136,13 +137,12 @@ def normal_cdf_values(v: Any) -> Any:
     xp, work = array_module(v), _work_dtype(v.dtype)
     t = v.astype(work, order="C")  # a new array, scaled in place; flat positions: C order
     t *= work.type(1 / math.sqrt(2.0))
-    cdf, index, erfc_large = _pieces(t)
+    cdf, index, tail, erfc_large = _pieces(t)
     half = work.type(0.5)
     cdf += work.type(1)
     cdf *= half  # (1 + erf(t)) / 2 where |t| < 2
     erfc_large *= half  # erfc(|t|) / 2 where |t| >= 2: the cdf of v < 0, 1 minus that of v > 0
-    right = t.reshape(-1)[index] >= 0
-    cdf.reshape(-1)[index] = xp.where(right, work.type(1) - erfc_large, erfc_large)
+    cdf.reshape(-1)[index] = xp.where(tail >= 0, work.type(1) - erfc_large, erfc_large)
     return cdf.astype(v.dtype, copy=False)
 
 
