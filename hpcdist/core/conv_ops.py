@@ -1,4 +1,4 @@
-"""Differentiable 2-D convolution and max pooling on `Tensor` (NHWC, TF's padding rules).
+"""Differentiable 2-D convolutions on `Tensor` (NHWC, TF's padding rules).
 
 The convolution gathers the input's windows (im2col by strided views, numpy or CuPy alike) and
 is one matrix product forward, slice by slice of the batch when the window matrix is large;
@@ -7,9 +7,8 @@ again rather than kept) and the input gradient one product per kernel position a
 strided view (no window-gradient array); with few channels at stride 1, both gradients are
 taken on the padded input's grid instead (`hpcdist.core.conv_grid`).
 A depthwise convolution adds one strided view per kernel position (`depthwise_conv2d`).
-Max pooling works on one strided view per window position. Padding
-``"same"`` follows TF: the output has ``ceil(size / stride)`` positions and the extra padding
-goes after (bottom/right) when the total is odd.
+Sizes, padding and the views are `hpcdist.core.windows`'; max pooling is
+`hpcdist.core.max_pool`.
 """
 
 from __future__ import annotations
@@ -23,89 +22,18 @@ from hpcdist.core.conv_grid import GRID_CHANNELS, grid_input_gradient, grid_kern
 from hpcdist.core.math_ops import same_device
 from hpcdist.core.reductions import sum_rows
 from hpcdist.core.tensors import Tensor, as_tensor
+from hpcdist.core.windows import (
+    check_padding,
+    conv_output_size,
+    int_pair,
+    padded_input,
+    same_padding,
+    unpad,
+    window_views,
+)
 from hpcdist.utils.xp import array_module
 
-__all__ = ["conv2d", "conv_output_size", "int_pair", "max_pool2d", "same_padding"]
-
-
-def int_pair(value: Any, what: str) -> tuple[int, int]:
-    """``(a, b)`` from an int or a pair of positive ints.
-
-    Raises:
-        ValueError: Not one or two positive integers.
-    """
-    pair = (value, value) if isinstance(value, (int, np.integer)) else tuple(value)
-    if len(pair) != 2 or any(int(v) < 1 for v in pair):
-        raise ValueError(f"{what} must be a positive int or a pair of them, got {value!r}")
-    return int(pair[0]), int(pair[1])
-
-
-def _check_padding(padding: str) -> str:
-    padding = str(padding).lower()
-    if padding not in ("valid", "same"):
-        raise ValueError(f"padding must be 'valid' or 'same', got {padding!r}")
-    return padding
-
-
-def conv_output_size(size: int, window: int, stride: int, padding: str) -> int:
-    """Output positions along one axis (TF's rule)."""
-    if _check_padding(padding) == "same":
-        return -(-size // stride)
-    return max((size - window) // stride + 1, 0)
-
-
-def same_padding(size: int, window: int, stride: int) -> tuple[int, int]:
-    """``(before, after)`` padding of ``"same"`` along one axis (the odd one goes after)."""
-    out = -(-size // stride)
-    total = max((out - 1) * stride + window - size, 0)
-    return total // 2, total - total // 2
-
-
-def _padded(
-    x: Any, window: tuple[int, int], strides: tuple[int, int], padding: str, fill: float
-) -> tuple[Any, tuple[int, int], tuple[int, int]]:
-    """The padded input, the output size and the top/left padding."""
-    _, h, w, _ = x.shape
-    oh = conv_output_size(h, window[0], strides[0], padding)
-    ow = conv_output_size(w, window[1], strides[1], padding)
-    if padding == "valid":
-        return x, (oh, ow), (0, 0)
-    ph, pw = same_padding(h, window[0], strides[0]), same_padding(w, window[1], strides[1])
-    if ph == (0, 0) and pw == (0, 0):
-        return x, (oh, ow), (0, 0)
-    return _pad_hw(x, ph, pw, fill), (oh, ow), (ph[0], pw[0])
-
-
-def _pad_hw(x: Any, ph: tuple[int, int], pw: tuple[int, int], fill: float) -> Any:
-    """``x`` padded with ``fill`` along height and width: ``np.pad``'s result.
-
-    The border is filled, then the interior copied, into an uninitialised array: 0.32 against
-    ``np.pad``'s 0.47 ms for ResNet-20's first stage at batch 32 (``(32, 32, 32, 16)`` float32),
-    0.06 against 0.14 ms at ``(32, 8, 8, 64)``.
-    """
-    n, h, w, c = x.shape
-    top, left = ph[0], pw[0]
-    out = array_module(x).empty((n, h + ph[0] + ph[1], w + pw[0] + pw[1], c), x.dtype)
-    out[:, :top] = fill
-    out[:, top + h :] = fill
-    rows = out[:, top : top + h]
-    rows[:, :, :left] = fill
-    rows[:, :, left + w :] = fill
-    rows[:, :, left : left + w] = x
-    return out
-
-
-def _window_views(
-    x: Any, window: tuple[int, int], strides: tuple[int, int], out: tuple[int, int]
-) -> list[Any]:
-    """One strided view of ``x`` per kernel position, in row-major order (no copy)."""
-    sh, sw = strides
-    oh, ow = out
-    return [
-        x[:, i : i + sh * (oh - 1) + 1 : sh, j : j + sw * (ow - 1) + 1 : sw, :]
-        for i in range(window[0])
-        for j in range(window[1])
-    ]
+__all__ = ["conv2d", "conv_output_size", "depthwise_conv2d", "int_pair", "same_padding"]
 
 
 # Below this many input channels the window gather copies one strided view per kernel position
@@ -123,7 +51,7 @@ def _im2col(x: Any, window: tuple[int, int], strides: tuple[int, int], out: tupl
     n, _, _, c = x.shape
     rows, width = n * out[0] * out[1], window[0] * window[1] * c
     if c < _VIEW_GATHER_CHANNELS:
-        return xp.stack(_window_views(x, window, strides, out), axis=3).reshape(rows, width)
+        return xp.stack(window_views(x, window, strides, out), axis=3).reshape(rows, width)
     sn, sh, sw, sc = x.strides
     view = xp.lib.stride_tricks.as_strided(
         x,
@@ -190,16 +118,11 @@ def _input_gradient(
         stop = min(n, start + step)
         rows = g2[start * per_image : stop * per_image]
         slot = part[: rows.shape[0]]
-        views = _window_views(grad[start:stop], window, strides, out)
+        views = window_views(grad[start:stop], window, strides, out)
         for view, k in zip(views, transposed, strict=True):
             xp.matmul(rows, k, out=slot)
             view += slot.reshape(stop - start, out[0], out[1], c)
     return grad
-
-
-def _unpad(grad: Any, shape: tuple[int, ...], top_left: tuple[int, int]) -> Any:
-    top, left = top_left
-    return grad[:, top : top + shape[1], left : left + shape[2], :]
 
 
 def _conv_arguments(
@@ -211,7 +134,7 @@ def _conv_arguments(
         ValueError: Not 4-D, channel counts that differ, a bad stride or padding.
     """
     x, kernel = same_device(as_tensor(x), as_tensor(kernel))
-    padding = _check_padding(padding)
+    padding = check_padding(padding)
     strides = int_pair(strides, "strides")
     if x.ndim != 4 or kernel.ndim != 4:
         raise ValueError(
@@ -262,7 +185,7 @@ def conv2d(
     filters = kernel.shape[3]
     bias, inputs = _conv_bias("conv2d", bias, x, kernel, filters)
     window = (kernel.shape[0], kernel.shape[1])
-    padded, out_hw, top_left = _padded(x.value, window, strides, padding, 0.0)
+    padded, out_hw, top_left = padded_input(x.value, window, strides, padding, 0.0)
     n, oh, ow = x.shape[0], out_hw[0], out_hw[1]
     flat_kernel = kernel.value.reshape(-1, filters)
     chunks = _image_chunks(padded, window, out_hw)
@@ -293,14 +216,14 @@ def conv2d(
         if kept_cols is not None:
             return (kept_cols.T @ g2).reshape(kernel.shape)
         if on is not None:
-            images = _padded(x.value, window, strides, padding, 0.0)[0]
+            images = padded_input(x.value, window, strides, padding, 0.0)[0]
             return grid_kernel_gradient(images, on, kernel.shape)
         grad = xp.zeros(flat_kernel.shape, g2.dtype)
         part = xp.empty(flat_kernel.shape, g2.dtype)
         for start, stop in chunks:
             images = x.value[start:stop]
             if copied:
-                images = _padded(images, window, strides, padding, 0.0)[0]
+                images = padded_input(images, window, strides, padding, 0.0)[0]
             cols = _im2col(images, window, strides, out_hw)
             xp.matmul(cols.T, g2[start * per_image : stop * per_image], out=part)
             grad += part
@@ -316,7 +239,7 @@ def conv2d(
                 gpad = grid_input_gradient(on, kernel.value, padded_shape)
             else:
                 gpad = _input_gradient(g2, kernel.value, padded_shape, strides, out_hw)
-            gx = _unpad(gpad, x.shape, top_left)
+            gx = unpad(gpad, x.shape, top_left)
         if bias is None:
             return gx, gk
         return gx, gk, (sum_rows(g2) if bias.trace else None)
@@ -348,10 +271,10 @@ def depthwise_conv2d(
     kh, kw, c, m = kernel.shape
     bias, inputs = _conv_bias("depthwise_conv2d", bias, x, kernel, c * m)
     window = (kh, kw)
-    padded, out_hw, top_left = _padded(x.value, window, strides, padding, 0.0)
+    padded, out_hw, top_left = padded_input(x.value, window, strides, padding, 0.0)
     xp = array_module(padded)
     n, (oh, ow) = x.shape[0], out_hw
-    views = _window_views(padded, window, strides, out_hw)
+    views = window_views(padded, window, strides, out_hw)
     k = kernel.value
     value = xp.zeros((n, oh, ow, c, m), xp.result_type(padded, k))
     part = xp.empty_like(value)
@@ -374,76 +297,16 @@ def depthwise_conv2d(
         gx = None
         if x.trace:
             gpad = xp.zeros(padded.shape, g.dtype)
-            grad_views = _window_views(gpad, window, strides, out_hw)
+            grad_views = window_views(gpad, window, strides, out_hw)
             for index, grad_view in enumerate(grad_views):
                 i, j = divmod(index, kw)
                 if m == 1:
                     grad_view += g5[..., 0] * k[i, j, :, 0]
                 else:
                     grad_view += xp.einsum("nhwcm,cm->nhwc", g5, k[i, j])
-            gx = _unpad(gpad, x.shape, top_left)
+            gx = unpad(gpad, x.shape, top_left)
         if bias is None:
             return gx, gk
         return gx, gk, (sum_rows(g.reshape(-1, c * m)) if bias.trace else None)
 
     return record(value, inputs, backward)
-
-
-def max_pool2d(x: Any, pool_size: Any = 2, strides: Any = None, padding: str = "valid") -> Tensor:
-    """Max over each window of NHWC ``x`` (``tf.nn.max_pool2d``).
-
-    The gradient goes to the first maximum of each window (row-major order), as TF's. Both
-    directions work on one strided view of the input per window position (a running maximum
-    forward; backward, each position takes the gradient still unclaimed where it holds the
-    maximum, and what it took is subtracted from the unclaimed rest), so no window array or
-    argmax is built; windows that do not overlap write their gradient views directly.
-
-    Args:
-        x: ``(batch, height, width, channels)``.
-        pool_size: An int or ``(ph, pw)``.
-        strides: An int or a pair; None means ``pool_size``.
-        padding: ``"valid"`` or ``"same"`` (padded positions never win).
-
-    Raises:
-        ValueError: Not a 4-D input, or a bad pool size, stride or padding.
-    """
-    x = as_tensor(x)
-    padding = _check_padding(padding)
-    window = int_pair(pool_size, "pool_size")
-    strides = window if strides is None else int_pair(strides, "strides")
-    if x.ndim != 4:
-        raise ValueError(f"max_pool2d expects a 4-D input, got shape {x.shape}")
-    xp = array_module(x.value)
-    fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
-    padded, out_hw, top_left = _padded(x.value, window, strides, padding, fill)
-    views = _window_views(padded, window, strides, out_hw)
-    value = views[0].copy()
-    for view in views[1:]:
-        xp.maximum(value, view, out=value)
-
-    disjoint = strides[0] >= window[0] and strides[1] >= window[1]
-    covered = strides == window and padded.shape[1:3] == (
-        window[0] * out_hw[0],
-        window[1] * out_hw[1],
-    )
-
-    def backward(g: Any) -> tuple[Any]:
-        # Windows that tile the input write every position: no zero fill needed.
-        gpad = (xp.empty if covered else xp.zeros)(padded.shape, g.dtype)
-        grad_views = _window_views(gpad, window, strides, out_hw)
-        rest, last = g, len(views) - 1
-        for k, (view, grad_view) in enumerate(zip(views, grad_views, strict=True)):
-            # ``rest`` holds the gradient of the windows whose maximum no earlier position held.
-            hit = view == value
-            if disjoint:
-                part = xp.multiply(rest, hit, out=grad_view)
-            else:
-                part = rest * hit
-                grad_view += part
-            if k == 0 and last:
-                rest = rest - part
-            elif k < last:
-                rest -= part
-        return (_unpad(gpad, x.shape, top_left),)
-
-    return record(value, (x,), backward)

@@ -1,10 +1,13 @@
-"""Conv2D, DepthwiseConv2D, MaxPooling2D (``tf.keras.layers``), channels-last, on conv_ops."""
+"""Conv2D, DepthwiseConv2D, MaxPooling2D (``tf.keras.layers``), channels-last.
+
+On `hpcdist.core.conv_ops` and `hpcdist.core.max_pool`.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from hpcdist.core import conv_ops
+from hpcdist.core import conv_ops, max_pool
 from hpcdist.core.array_ops import concat
 from hpcdist.core.tensors import Tensor
 from hpcdist.nn.base_layer import Layer, float_input
@@ -286,7 +289,7 @@ class MaxPooling2D(Layer):
 
     def call(self, inputs: Any, training: bool | None = None) -> Tensor:
         """Max pooling."""
-        return conv_ops.max_pool2d(inputs, self.pool_size, self.strides, self.padding)
+        return max_pool.max_pool2d(inputs, self.pool_size, self.strides, self.padding)
 
     def get_config(self) -> dict[str, Any]:
         """Constructor arguments (JSON-able)."""

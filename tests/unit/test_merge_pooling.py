@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import hpcdist as hd
-from hpcdist.core import array_ops, special_ops
+from hpcdist.core import array_ops, conv_ops, max_pool, special_ops
 from hpcdist.core import math_ops as ops
 from hpcdist.nn import activations, layers, optimizers
 from hpcdist.nn.functional import Functional
@@ -264,6 +264,62 @@ def test_average_pooling_values_and_gradients(pool, strides, padding):
     v = var((2, 5, 6, 3))
     check(lambda: avg_pool2d(v, pool, strides, padding), [v], layer(x).shape)
     assert layer.get_config()["padding"] == padding
+
+
+def _max_pool_gradient_reference(x, g, pool, strides, padding):
+    """Each window's gradient to its first maximum in row-major order, window by window."""
+    h, w = x.shape[1:3]
+    pads = [(0, 0)] * 2
+    if padding == "same":
+        pads = [conv_ops.same_padding(h, pool[0], strides[0])]
+        pads.append(conv_ops.same_padding(w, pool[1], strides[1]))
+    padded = np.pad(x, ((0, 0), pads[0], pads[1], (0, 0)), constant_values=-np.inf)
+    grad = np.zeros_like(padded)
+    for b, i, j, ch in np.ndindex(*g.shape):
+        top, left = i * strides[0], j * strides[1]
+        window = padded[b, top : top + pool[0], left : left + pool[1], ch]
+        first = np.flatnonzero(window.ravel() == window.max())[0]
+        grad[b, top + first // pool[1], left + first % pool[1], ch] += g[b, i, j, ch]
+    return grad[:, pads[0][0] : pads[0][0] + h, pads[1][0] : pads[1][0] + w]
+
+
+@pytest.mark.parametrize(
+    ("pool", "strides", "padding", "shape"),
+    [
+        ((2, 2), (2, 2), "valid", (13, 27, 26, 32)),  # several slices, the last one short
+        ((2, 2), (2, 2), "same", (7, 27, 27, 40)),  # padded; windows that tile it
+        ((2, 3), (3, 3), "valid", (9, 20, 17, 24)),  # rows and columns no window reads
+        ((3, 3), (2, 2), "same", (3, 9, 8, 5)),  # overlapping windows (the other path)
+    ],
+)
+def test_max_pooling_gradient_goes_to_each_window_first_maximum(pool, strides, padding, shape):
+    """Many ties (a ReLU's zeros, rounded values), batches larger than one slice of the gradient."""
+    rng = np.random.default_rng(3)
+    x = np.maximum(np.round(rng.standard_normal(shape) * 2), 0).astype(np.float32)
+    v = hd.constant(x)
+    with hd.GradientTape() as tape:
+        tape.watch(v)
+        out = max_pool.max_pool2d(v, pool, strides, padding)
+    g = rng.standard_normal(out.shape).astype(np.float32)
+    got = tape.gradient(out, v, output_gradients=g)
+    want = _max_pool_gradient_reference(x, g, pool, strides, padding)
+    if strides[0] >= pool[0] and strides[1] >= pool[1]:  # one window per position: exact
+        np.testing.assert_array_equal(np.asarray(got), want)
+    else:  # a position in several windows adds their gradients in another order
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-6)
+
+
+def test_max_pooling_of_a_nan_window_is_nan_and_sends_no_gradient():
+    x = np.arange(32, dtype=np.float32).reshape(1, 4, 4, 2)
+    x[0, 1, 0, 1] = np.nan  # the first window's channel 1
+    v = hd.constant(x)
+    with hd.GradientTape() as tape:
+        tape.watch(v)
+        out = max_pool.max_pool2d(v, 2)
+    grad = np.asarray(tape.gradient(out, v))
+    assert np.isnan(out.numpy()[0, 0, 0, 1]) and not np.isnan(out.numpy()[0, 0, 0, 0])
+    assert grad[0, :2, :2, 1].sum() == 0 and grad[0, 1, 1, 0] == 1  # 1: that window's maximum
+    assert grad.sum() == out.numpy().size - 1
 
 
 def test_global_poolings():
