@@ -20,6 +20,7 @@ import numpy as np
 from hpcdist.core.autodiff import record
 from hpcdist.core.conv_grid import GRID_CHANNELS, grid_input_gradient, grid_kernel_gradient, on_grid
 from hpcdist.core.math_ops import same_device
+from hpcdist.core.per_channel import per_channel
 from hpcdist.core.reductions import sum_rows
 from hpcdist.core.tensors import Tensor, as_tensor
 from hpcdist.core.windows import (
@@ -195,11 +196,12 @@ def conv2d(
     kept_cols = None
     for start, stop in chunks:
         cols = _im2col(padded[start:stop], window, strides, out_hw)
-        xp.matmul(cols, flat_kernel, out=value[start * per_image : stop * per_image])
+        part = value[start * per_image : stop * per_image]
+        xp.matmul(cols, flat_kernel, out=part)
+        if bias is not None:  # while the slice is in cache
+            per_channel(xp.add, part, bias.value, out=part)
         if len(chunks) == 1:
             kept_cols = cols  # small enough to keep for the kernel gradient
-    if bias is not None:
-        value += bias.value
     value = value.reshape(n, oh, ow, filters)
 
     # The padded copy is not kept for backward (the input is, by the tape): the kernel gradient

@@ -31,6 +31,7 @@ import numpy as np
 from hpcdist.core import context
 from hpcdist.core import math_ops as ops
 from hpcdist.core.autodiff import record
+from hpcdist.core.per_channel import per_channel
 from hpcdist.core.reductions import sum_columns, sum_rows, sum_rows_of_product
 from hpcdist.core.tensors import Tensor, as_tensor
 from hpcdist.nn.base_layer import Layer, float_input
@@ -116,7 +117,7 @@ def _train_normalize(
     if all_reduce is None:
         count = float(rows)
         mean = sum_rows(x2) / rows
-        d = x2 - mean
+        d = per_channel(xp.subtract, x2, mean)
         variance = sum_rows_of_product(d, d) / rows
         del d
         clamped = None
@@ -136,15 +137,15 @@ def _train_normalize(
     rstd = 1 / xp.sqrt(variance + xv.dtype.type(epsilon))
     inv = rstd if gamma is None else rstd * gamma.value.reshape(-1)
     shift = -mean * inv if beta is None else beta.value.reshape(-1) - mean * inv
-    out2 = x2 * inv
-    out2 += shift
+    out2 = per_channel(xp.multiply, x2, inv)
+    per_channel(xp.add, out2, shift, out=out2)
     del x2  # a copy when the channels were moved: the backward pass takes the rows again
     out = from_rows(out2)
     parents = tuple(t for t in (x, gamma, beta) if t is not None)
 
     def backward(g: Any) -> tuple[Any, ...]:
         g2 = rows_of(g)
-        d = rows_of(xv) - mean
+        d = per_channel(xp.subtract, rows_of(xv), mean)
         sum_g = sum_rows(g2)
         sum_gx = sum_rows_of_product(g2, d) * rstd  # the sum of g * xhat, xhat = d * rstd
         grads: list[Any] = []
@@ -156,9 +157,9 @@ def _train_normalize(
                 total_gx = xp.where(clamped, xp.zeros_like(total_gx), total_gx)
             n = max(count, 1.0)
             # inv * (g - total_g / n - xhat * total_gx / n), as g * inv + d * a + b
-            d *= -(inv * rstd) * (total_gx / n)
-            d += -inv * (total_g / n)
-            gx2 = g2 * inv
+            per_channel(xp.multiply, d, -(inv * rstd) * (total_gx / n), out=d)
+            per_channel(xp.add, d, -inv * (total_g / n), out=d)
+            gx2 = per_channel(xp.multiply, g2, inv)
             gx2 += d
             grads.append(from_rows(gx2))
         else:
