@@ -19,3 +19,5 @@ if [ "$(id -u)" = 0 ]; then
 fi
 PATH="$ompi/bin:$PATH" timeout 600 mpiexec "${flags[@]}" -n 2 python benchmarks/allreduce.py \
   --max-mib 1 --rounds 7 --out benchmarks/results/allreduce-openmpi-2.json
+# How much of each gallery model's training step is matrix products (one process, one thread)
+timeout 600 python benchmarks/model_gemms.py --out benchmarks/results/model_gemms.json

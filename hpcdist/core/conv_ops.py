@@ -216,7 +216,7 @@ def conv2d(
 
     def kernel_gradient(g2: Any, on: Any) -> Any:
         if kept_cols is not None:
-            return (kept_cols.T @ g2).reshape(kernel.shape)
+            return xp.matmul(kept_cols.T, g2).reshape(kernel.shape)
         if on is not None:
             images = padded_input(x.value, window, strides, padding, 0.0)[0]
             return grid_kernel_gradient(images, on, kernel.shape)

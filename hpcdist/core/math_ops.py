@@ -303,11 +303,11 @@ def matmul(a: Any, b: Any) -> Tensor:
 
     def backward(g: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
         # Skip the product for an operand that needs no gradient (a layer's input data).
-        ga = unbroadcast(g @ xp.swapaxes(b.value, -1, -2), a.shape) if a.trace else None
-        gb = unbroadcast(xp.swapaxes(a.value, -1, -2) @ g, b.shape) if b.trace else None
+        ga = unbroadcast(xp.matmul(g, xp.swapaxes(b.value, -1, -2)), a.shape) if a.trace else None
+        gb = unbroadcast(xp.matmul(xp.swapaxes(a.value, -1, -2), g), b.shape) if b.trace else None
         return ga, gb
 
-    return record(a.value @ b.value, (a, b), backward)
+    return record(xp.matmul(a.value, b.value), (a, b), backward)
 
 
 def _expand(g: np.ndarray, shape: tuple[int, ...], axis: Any, keepdims: bool) -> np.ndarray:
