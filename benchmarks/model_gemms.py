@@ -27,41 +27,11 @@ from typing import Any  # noqa: E402
 import numpy as np  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "examples", "models"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(1, os.path.join(ROOT, "benchmarks", "peers"))
 
 from _util import emit  # noqa: E402
-from architectures import (  # noqa: E402
-    build_mnist_cnn,
-    build_resnet20,
-    build_transformer_encoder,
-    synthetic_images,
-    synthetic_tokens,
-)
-
-import hpcdist as hd  # noqa: E402
-
-
-def training_step(name: str, batch: int) -> Any:
-    """The model's step as a function of no argument (the model built with seed 0)."""
-    keras = hd.nn
-    keras.set_random_seed(0)
-    if name == "transformer":
-        (x, y), model = synthetic_tokens(batch), build_transformer_encoder(keras)
-    elif name == "resnet20":
-        (x, y), model = synthetic_images(batch, 32, 3), build_resnet20(keras)
-    else:
-        (x, y), model = synthetic_images(batch, 28, 1), build_mnist_cnn(keras)
-    opt = keras.optimizers.Adam()
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-    def step() -> None:
-        with hd.GradientTape() as tape:
-            loss = loss_fn(y, model(x, training=True))
-        grads = tape.gradient(loss, model.trainable_variables)
-        opt.apply_gradients(zip(grads, model.trainable_variables, strict=True))
-
-    return step
+from models import batch, hpcdist_step  # noqa: E402  (benchmarks/peers/models.py)
 
 
 class ProductClock:
@@ -91,9 +61,9 @@ class ProductClock:
         np.matmul = self.real
 
 
-def measure(name: str, batch: int, steps: int) -> dict[str, Any]:
+def measure(name: str, size: int, steps: int) -> dict[str, Any]:
     """The median step of ``steps`` (after 3 warm-up steps) and its products."""
-    step = training_step(name, batch)
+    step = hpcdist_step(name, *batch(name, size))
     for _ in range(3):
         step()
     clock, rows = ProductClock(), []
@@ -106,7 +76,7 @@ def measure(name: str, batch: int, steps: int) -> dict[str, Any]:
     wall, seconds, flops, calls = sorted(rows)[len(rows) // 2]
     return {
         "model": name,
-        "batch": batch,
+        "batch": size,
         "step_ms": wall * 1e3,
         "products_ms": seconds * 1e3,
         "products_gflop": flops / 1e9,

@@ -32,6 +32,7 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -102,24 +103,31 @@ def time_steps(step: Any, args: argparse.Namespace) -> dict[str, float]:
     return {"step_s": float(np.median(wall)), "cpu_s": float(np.median(cpu))}
 
 
-def worker_hpcdist(args: argparse.Namespace) -> None:
+def hpcdist_step(model: str, x: np.ndarray, y: np.ndarray) -> Callable[[], None]:
+    """The training step of ``model`` in hpcdist (built with seed 0) on the batch ``(x, y)``."""
     import hpcdist as hd
 
     keras = hd.nn
-    x, y = batch(args.model, args.batch)
-    rss0 = rss_kib("VmRSS")
     keras.set_random_seed(0)
-    model = build(keras, args.model)
+    net = build(keras, model)
     opt = keras.optimizers.Adam()
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
     def step() -> None:
         with hd.GradientTape() as tape:
-            loss = loss_fn(y, model(x, training=True))
-        grads = tape.gradient(loss, model.trainable_variables)
-        opt.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+            loss = loss_fn(y, net(x, training=True))
+        grads = tape.gradient(loss, net.trainable_variables)
+        opt.apply_gradients(zip(grads, net.trainable_variables, strict=True))
 
-    figures = time_steps(step, args)
+    return step
+
+
+def worker_hpcdist(args: argparse.Namespace) -> None:
+    import hpcdist as hd
+
+    x, y = batch(args.model, args.batch)
+    rss0 = rss_kib("VmRSS")
+    figures = time_steps(hpcdist_step(args.model, x, y), args)
     figures["train_mib"] = (rss_kib("VmHWM") - rss0) / 1024
     blas = {"numpy": np.__version__, "hpcdist": os.path.dirname(hd.__file__), **numpy_blas()}
     write_result(args.result, {args.worker: figures, "blas": {args.worker: blas}})
