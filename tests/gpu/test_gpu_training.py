@@ -54,6 +54,42 @@ def test_fit_on_the_gpu_matches_numpy(optimizer):
     assert isinstance(gpu.predict(x[:10]), np.ndarray)
 
 
+def _conv_model(strategy):
+    hd.nn.set_random_seed(5)
+    layers = hd.nn.layers
+    with strategy.scope():
+        model = hd.nn.Sequential(
+            [
+                layers.Conv2D(6, 3, activation="relu", input_shape=(10, 9, 2)),
+                layers.BatchNormalization(),
+                layers.MaxPooling2D(),
+                layers.Conv2D(4, 3, padding="same", use_bias=False),
+                layers.MaxPooling2D(2, padding="same"),
+                layers.Flatten(),
+                layers.Dense(3),
+            ]
+        )
+        model.compile(
+            optimizer="adam",
+            loss=hd.nn.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
+    return model
+
+
+def test_a_conv_model_with_batch_norm_and_pooling_trains_on_the_gpu_as_on_numpy():
+    """Conv2D with its bias, BatchNormalization and max pooling (tiled and padded) on CuPy."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((48, 10, 9, 2)).astype(np.float32)
+    y = rng.integers(0, 3, 48)
+    gpu, cpu = _conv_model(hd.OneDeviceStrategy("gpu:0")), _conv_model(hd.get_strategy())
+    assert all(isinstance(w._value(), cupy.ndarray) for w in gpu.variables)
+    hg = gpu.fit(x, y, batch_size=16, epochs=2, verbose=0, shuffle=False)
+    hc = cpu.fit(x, y, batch_size=16, epochs=2, verbose=0, shuffle=False)
+    np.testing.assert_allclose(hg.history["loss"], hc.history["loss"], rtol=1e-4)
+    for a, b in zip(gpu.get_weights(), cpu.get_weights(), strict=True):  # moving statistics too
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-5)
+
+
 def test_custom_loop_with_a_tape_on_cupy_inputs():
     strategy = hd.OneDeviceStrategy("gpu:0")
     x, y = _data()

@@ -419,7 +419,11 @@ def get_array_module(*args: Any) -> Any:
 
 
 for _name in (
+    "add",
+    "subtract",
     "multiply",
+    "equal",
+    "greater",
     "result_type",
     "matmul",
     "exp",
