@@ -4,12 +4,16 @@ Run: ``python benchmarks/model_gemms.py [--models cnn,resnet20,transformer] [--b
 [--steps 8] [--out r.json]``, one thread (OMP/MKL/OpenBLAS threads 1 unless set).
 
 The step is `benchmarks/peers/models.py`'s (GradientTape, sparse cross-entropy from logits,
-Adam, the same batch every step). For the timed steps ``numpy.matmul`` is wrapped: every matrix
-product hpcdist's ops make goes through it (convolutions, Dense, EinsumDense and attention),
-so the wrapper adds up their seconds and floating-point operations (``2 * M * N * K``). Per
-model and batch: the median step, and in that step the products' milliseconds, GFLOP, GFLOP/s
-and share of the step (the wrapper's own cost, under 1 us a call, is in the step). The products
-are OpenBLAS's own speed on these shapes: the rest of the step is hpcdist's.
+Adam, the same batch every step). For the timed steps ``numpy.matmul`` is wrapped: every
+matrix-matrix product of hpcdist's convolutions, Dense, EinsumDense and attention goes through
+it, so the wrapper adds up their seconds and floating-point operations (``2 * M * N * K``). Not
+counted: the per-channel and per-row sums, matrix-vector products with a vector of ones
+(``@`` in `hpcdist.core.reductions`), and ``einsum`` (the depthwise convolution's). Per model
+and batch: the median step, and in that step the products' milliseconds, GFLOP, GFLOP/s and
+share of the step (the wrapper's own cost, under 1 us a call, is in the step), and the
+products grouped by shape (``rows x k x n``, the rows of every matrix of a batched product
+together), slowest first, each with its rate: OpenBLAS's own speed on these shapes. The rest
+of the step is hpcdist's.
 """
 
 from __future__ import annotations
@@ -41,21 +45,43 @@ class ProductClock:
         self.real = np.matmul
         self.seconds = self.flops = 0.0
         self.calls = 0
+        self.shapes: dict[tuple[int, int, int], list[float]] = {}  # -> [seconds, flops, calls]
 
     def __call__(self, a: Any, b: Any, *args: Any, **kwargs: Any) -> Any:
         """``numpy.matmul(a, b, ...)``, timed and counted."""
         t0 = time.perf_counter()
         out = self.real(a, b, *args, **kwargs)
-        self.seconds += time.perf_counter() - t0
-        self.flops += 2.0 * out.size * np.shape(a)[-1]
+        seconds = time.perf_counter() - t0
+        k, n = np.shape(a)[-1], out.shape[-1]
+        flops = 2.0 * out.size * k
+        self.seconds += seconds
+        self.flops += flops
         self.calls += 1
+        shape = self.shapes.setdefault((out.size // max(n, 1), k, n), [0.0, 0.0, 0])
+        shape[0] += seconds
+        shape[1] += flops
+        shape[2] += 1
         return out
 
     def __enter__(self) -> ProductClock:
         self.seconds = self.flops = 0.0
         self.calls = 0
+        self.shapes = {}
         np.matmul = self
         return self
+
+    def by_shape(self, top: int = 8) -> list[dict[str, Any]]:
+        """The ``top`` shapes that took longest, with their calls, milliseconds and rate."""
+        ranked = sorted(self.shapes.items(), key=lambda item: -item[1][0])[:top]
+        return [
+            {
+                "rows_k_n": list(shape),
+                "calls": int(calls),
+                "ms": seconds * 1e3,
+                "gflops": flops / seconds / 1e9 if seconds else None,
+            }
+            for shape, (seconds, flops, calls) in ranked
+        ]
 
     def __exit__(self, *exc: Any) -> None:
         np.matmul = self.real
@@ -72,8 +98,8 @@ def measure(name: str, size: int, steps: int) -> dict[str, Any]:
             t0 = time.perf_counter()
             step()
             wall = time.perf_counter() - t0
-        rows.append((wall, clock.seconds, clock.flops, clock.calls))
-    wall, seconds, flops, calls = sorted(rows)[len(rows) // 2]
+        rows.append((wall, clock.seconds, clock.flops, clock.calls, clock.by_shape()))
+    wall, seconds, flops, calls, shapes = sorted(rows, key=lambda row: row[0])[len(rows) // 2]
     return {
         "model": name,
         "batch": size,
@@ -83,6 +109,7 @@ def measure(name: str, size: int, steps: int) -> dict[str, Any]:
         "products_gflops": flops / seconds / 1e9 if seconds else None,
         "products_share": seconds / wall,
         "products": calls,
+        "slowest_shapes": shapes,
     }
 
 

@@ -25,16 +25,14 @@ from hpcdist.core.reductions import sum_rows
 from hpcdist.core.tensors import Tensor, as_tensor
 from hpcdist.core.windows import (
     check_padding,
-    conv_output_size,
     int_pair,
     padded_input,
-    same_padding,
     unpad,
     window_views,
 )
 from hpcdist.utils.xp import array_module
 
-__all__ = ["conv2d", "conv_output_size", "depthwise_conv2d", "int_pair", "same_padding"]
+__all__ = ["conv2d", "depthwise_conv2d"]
 
 
 # Below this many input channels the window gather copies one strided view per kernel position

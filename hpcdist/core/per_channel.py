@@ -8,9 +8,10 @@ to `LONG_ROW` elements and tiles the vector ``k`` times: the same operation on e
 float32): a multiply of ``(32768, 16)`` by ``(16,)`` 218-281 against 68 us, of ``(8192, 32)``
 87 against 35 us; a same-shape multiply takes 53 us.
 
-``k`` is the largest divisor of ``rows`` up to ``LONG_ROW / channels`` (kept per shape); rows
-that no divisor above 1 splits (a prime count), strided arrays and other array modules are
-left to the ufunc as they are.
+``k`` is the largest divisor of ``rows`` up to ``LONG_ROW / channels`` (kept per shape). Where
+the rows it makes would be shorter than 256 elements (a prime count of rows above that bound,
+for one), and for strided arrays or outputs and other array modules, the ufunc gets the arrays
+as they are.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ _MAX_FACTORS = 256
 
 
 def _factor(rows: int, channels: int) -> int:
+    """The rows of the array per long row (1: not worth tiling), kept per shape."""
     key = (rows, channels)
     k = _FACTORS.get(key)
     if k is None:
@@ -54,7 +56,12 @@ def per_channel(ufunc: Any, a: Any, vector: Any, out: Any = None) -> Any:
 
     Returns:
         The ``(rows, channels)`` result (``out`` when given).
+
+    Raises:
+        ValueError: ``a`` is not 2-D.
     """
+    if a.ndim != 2:
+        raise ValueError(f"per_channel expects a (rows, channels) array, got shape {a.shape}")
     rows, channels = a.shape
     plain = type(a) is np.ndarray and type(vector) is np.ndarray and vector.shape == (channels,)
     if not plain or rows < 2 or not channels or 2 * channels > LONG_ROW or not a.flags.c_contiguous:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpcdist.core import conv_ops, max_pool
+from hpcdist.core import conv_ops, max_pool, windows
 from hpcdist.core.array_ops import concat
 from hpcdist.core.tensors import Tensor
 from hpcdist.nn.base_layer import Layer, float_input
@@ -97,8 +97,8 @@ class Conv2D(KernelBiasLayer):
         _channels_last(self.name, data_format)
         self.filters = int(filters)
         self.groups = int(groups)
-        self.kernel_size = conv_ops.int_pair(kernel_size, "kernel_size")
-        self.strides = conv_ops.int_pair(strides, "strides")
+        self.kernel_size = windows.int_pair(kernel_size, "kernel_size")
+        self.strides = windows.int_pair(strides, "strides")
         self.padding = _padding(padding)
         self._init_kernel_bias(
             activation,
@@ -207,11 +207,11 @@ class DepthwiseConv2D(KernelBiasLayer):
             raise ValueError(
                 f"{self.name}: depth_multiplier must be positive, got {depth_multiplier}"
             )
-        if conv_ops.int_pair(dilation_rate, "dilation_rate") != (1, 1):
+        if windows.int_pair(dilation_rate, "dilation_rate") != (1, 1):
             raise ValueError(f"{self.name}: only dilation_rate=1 is supported, got {dilation_rate}")
         _channels_last(self.name, data_format)
-        self.kernel_size = conv_ops.int_pair(kernel_size, "kernel_size")
-        self.strides = conv_ops.int_pair(strides, "strides")
+        self.kernel_size = windows.int_pair(kernel_size, "kernel_size")
+        self.strides = windows.int_pair(strides, "strides")
         self.padding = _padding(padding)
         self.depth_multiplier = int(depth_multiplier)
         self._init_kernel_bias(
@@ -283,8 +283,8 @@ class MaxPooling2D(Layer):
     ) -> None:
         super().__init__(**kwargs)
         _channels_last(self.name, data_format)
-        self.pool_size = conv_ops.int_pair(pool_size, "pool_size")
-        self.strides = self.pool_size if strides is None else conv_ops.int_pair(strides, "strides")
+        self.pool_size = windows.int_pair(pool_size, "pool_size")
+        self.strides = self.pool_size if strides is None else windows.int_pair(strides, "strides")
         self.padding = _padding(padding)
 
     def call(self, inputs: Any, training: bool | None = None) -> Tensor:

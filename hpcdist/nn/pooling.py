@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpcdist.core import conv_ops
 from hpcdist.core import math_ops as ops
+from hpcdist.core import windows
 from hpcdist.core.autodiff import record
 from hpcdist.core.tensors import Tensor, as_tensor
 from hpcdist.nn.base_layer import Layer
@@ -69,18 +69,18 @@ def avg_pool2d(x: Any, pool_size: Any = 2, strides: Any = None, padding: str = "
     """
     x = as_tensor(x)
     padding = _padding(padding)
-    window = conv_ops.int_pair(pool_size, "pool_size")
-    strides = window if strides is None else conv_ops.int_pair(strides, "strides")
+    window = windows.int_pair(pool_size, "pool_size")
+    strides = window if strides is None else windows.int_pair(strides, "strides")
     if x.ndim != 4:
         raise ValueError(f"avg_pool2d expects a 4-D input, got shape {x.shape}")
     xp = array_module(x.value)
     _, h, w, _ = x.shape
-    oh = conv_ops.conv_output_size(h, window[0], strides[0], padding)
-    ow = conv_ops.conv_output_size(w, window[1], strides[1], padding)
+    oh = windows.conv_output_size(h, window[0], strides[0], padding)
+    ow = windows.conv_output_size(w, window[1], strides[1], padding)
     ph = pw = (0, 0)
     if padding == "same":
-        ph = conv_ops.same_padding(h, window[0], strides[0])
-        pw = conv_ops.same_padding(w, window[1], strides[1])
+        ph = windows.same_padding(h, window[0], strides[0])
+        pw = windows.same_padding(w, window[1], strides[1])
     pads = ((0, 0), ph, pw, (0, 0))
     padded = xp.pad(x.value, pads) if ph != (0, 0) or pw != (0, 0) else x.value
     ones = xp.pad(xp.ones((1, h, w, 1), x.dtype), pads)
@@ -123,8 +123,8 @@ class AveragePooling2D(Layer):
     ) -> None:
         super().__init__(**kwargs)
         self.data_format = _channels_last(self.name, data_format)
-        self.pool_size = conv_ops.int_pair(pool_size, "pool_size")
-        self.strides = self.pool_size if strides is None else conv_ops.int_pair(strides, "strides")
+        self.pool_size = windows.int_pair(pool_size, "pool_size")
+        self.strides = self.pool_size if strides is None else windows.int_pair(strides, "strides")
         self.padding = _padding(padding)
 
     def call(self, inputs: Any, training: bool | None = None) -> Tensor:

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import hpcdist as hd
-from hpcdist.core import conv_ops
+from hpcdist.core import conv_ops, windows
 
 
 def conv_and_grads(x, kernel, weights, strides, padding):
@@ -24,7 +24,7 @@ def test_sliced_window_matrix_matches_image_by_image(strides, padding):
     n = 64
     x = rng.standard_normal((n, 32, 32, 16)).astype(np.float32)
     kernel = (0.1 * rng.standard_normal((3, 3, 16, 8))).astype(np.float32)
-    oh = conv_ops.conv_output_size(32, 3, strides, padding)
+    oh = windows.conv_output_size(32, 3, strides, padding)
     weights = rng.standard_normal((n, oh, oh, 8)).astype(np.float32)
     y, gx, gk = conv_and_grads(x, kernel, weights, strides, padding)
     parts = [
@@ -68,7 +68,7 @@ def test_the_input_gradient_taken_in_slices_is_bitwise_the_whole_batch_at_once(
     rng = np.random.default_rng(1)
     x = rng.standard_normal((9, 16, 16, 8)).astype(np.float32)
     kernel = (0.1 * rng.standard_normal((3, 3, 8, 12))).astype(np.float32)
-    oh = conv_ops.conv_output_size(16, 3, strides, padding)
+    oh = windows.conv_output_size(16, 3, strides, padding)
     weights = rng.standard_normal((9, oh, oh, 12)).astype(np.float32)
     monkeypatch.setattr(conv_ops, "GRID_CHANNELS", 0)  # the strided formulation at stride 1 too
     monkeypatch.setattr(conv_ops, "_GRAD_SLICE_BYTES", 1)  # one image per slice

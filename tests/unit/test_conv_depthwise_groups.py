@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import hpcdist as hd
-from hpcdist.core import conv_ops
+from hpcdist.core import conv_ops, windows
 from hpcdist.nn import layers
 from tests.gradcheck import check_variables
 
@@ -15,8 +15,8 @@ def direct_depthwise(x, kernel, stride, padding):
     n, h, w, c = x.shape
     kh, kw, _, m = kernel.shape
     if padding == "same":
-        ph = conv_ops.same_padding(h, kh, stride)
-        pw = conv_ops.same_padding(w, kw, stride)
+        ph = windows.same_padding(h, kh, stride)
+        pw = windows.same_padding(w, kw, stride)
         x = np.pad(x, ((0, 0), ph, pw, (0, 0)))
     oh = (x.shape[1] - kh) // stride + 1
     ow = (x.shape[2] - kw) // stride + 1

@@ -3,15 +3,15 @@
 import numpy as np
 import pytest
 
-from hpcdist.core import conv_grid, conv_ops
+from hpcdist.core import conv_grid, conv_ops, windows
 from tests.unit.test_conv_chunks import conv_and_grads
 
 
 def case(rng, n, h, w, c, kh, kw, filters, padding, dtype):
     x = rng.standard_normal((n, h, w, c)).astype(dtype)
     kernel = (0.1 * rng.standard_normal((kh, kw, c, filters))).astype(dtype)
-    oh = conv_ops.conv_output_size(h, kh, 1, padding)
-    ow = conv_ops.conv_output_size(w, kw, 1, padding)
+    oh = windows.conv_output_size(h, kh, 1, padding)
+    ow = windows.conv_output_size(w, kw, 1, padding)
     weights = rng.standard_normal((n, oh, ow, filters)).astype(dtype)
     return x, kernel, weights
 
@@ -100,7 +100,7 @@ def test_the_grid_is_used_only_at_stride_1_with_few_channels(c, filters, strides
     rng = np.random.default_rng(5)
     x = rng.standard_normal((2, 8, 8, c)).astype(np.float32)
     kernel = rng.standard_normal((3, 3, c, filters)).astype(np.float32)
-    oh, ow = (conv_ops.conv_output_size(8, 3, s, "same") for s in conv_ops.int_pair(strides, "s"))
+    oh, ow = (windows.conv_output_size(8, 3, s, "same") for s in windows.int_pair(strides, "s"))
     weights = np.ones((2, oh, ow, filters), np.float32)
     _, gx, gk = conv_and_grads(x, kernel, weights, strides, "same")
     assert gx.shape == x.shape and gk.shape == kernel.shape

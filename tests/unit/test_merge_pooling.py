@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import hpcdist as hd
-from hpcdist.core import array_ops, conv_ops, max_pool, special_ops
+from hpcdist.core import array_ops, max_pool, special_ops, windows
 from hpcdist.core import math_ops as ops
 from hpcdist.nn import activations, layers, optimizers
 from hpcdist.nn.functional import Functional
@@ -271,8 +271,8 @@ def _max_pool_gradient_reference(x, g, pool, strides, padding):
     h, w = x.shape[1:3]
     pads = [(0, 0)] * 2
     if padding == "same":
-        pads = [conv_ops.same_padding(h, pool[0], strides[0])]
-        pads.append(conv_ops.same_padding(w, pool[1], strides[1]))
+        pads = [windows.same_padding(h, pool[0], strides[0])]
+        pads.append(windows.same_padding(w, pool[1], strides[1]))
     padded = np.pad(x, ((0, 0), pads[0], pads[1], (0, 0)), constant_values=-np.inf)
     grad = np.zeros_like(padded)
     for b, i, j, ch in np.ndindex(*g.shape):
@@ -290,6 +290,8 @@ def _max_pool_gradient_reference(x, g, pool, strides, padding):
         ((2, 2), (2, 2), "same", (7, 27, 27, 40)),  # padded; windows that tile it
         ((2, 3), (3, 3), "valid", (9, 20, 17, 24)),  # rows and columns no window reads
         ((3, 3), (2, 2), "same", (3, 9, 8, 5)),  # overlapping windows (the other path)
+        ((15, 17), (15, 17), "valid", (2, 30, 35, 2)),  # 255 positions: the most one byte names
+        ((16, 16), (16, 16), "valid", (2, 32, 33, 2)),  # 256: disjoint, on the other path
     ],
 )
 def test_max_pooling_gradient_goes_to_each_window_first_maximum(pool, strides, padding, shape):

@@ -39,6 +39,15 @@ def test_strided_arrays_and_outputs_are_left_to_the_ufunc():
     out = np.zeros((4096, 32), np.float32)[:, 16:]
     per_channel(np.add, base[:, 16:], v, out=out)
     np.testing.assert_array_equal(out, base[:, 16:] + v)
+    contiguous = np.ascontiguousarray(base[:, 16:])  # into a strided output: written, not lost
+    out[...] = 0
+    assert per_channel(np.add, contiguous, v, out=out) is out
+    np.testing.assert_array_equal(out, contiguous + v)
+
+
+def test_an_array_that_is_not_two_dimensional_is_named():
+    with pytest.raises(ValueError, match=r"\(rows, channels\) array, got shape \(2, 3, 4\)"):
+        per_channel(np.add, np.zeros((2, 3, 4)), np.zeros(4))
 
 
 def test_long_rows_split_the_array_by_a_divisor_of_its_rows():
