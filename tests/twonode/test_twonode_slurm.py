@@ -61,13 +61,37 @@ class TwoNodeSlurm:
         )
 
     def sbatch(self, args: list[str], out: Path, timeout: float = 240, **env: str) -> str:
-        """``sbatch --wait`` with ``args``; asserts exit code 0 and returns the job's output."""
+        """``sbatch --wait`` with ``args``; asserts exit code 0 and returns the job's output.
+
+        A job that fails or outlives ``timeout`` (exit code 124) fails the test with what Slurm
+        knew then: the job's record, the nodes, the queue and the end of slurmctld's log.
+        """
         job = self.run(
             ["sbatch", "--wait", f"--output={out}", *args], timeout, PYTHON=sys.executable, **env
         )
         text = read_log(out)
-        assert job.returncode == 0, job.stderr + text
+        assert job.returncode == 0, (
+            f"sbatch --wait exited with {job.returncode}\n{job.stdout}{job.stderr}"
+            f"--- job output ---\n{text}\n{self.state(job.stdout)}"
+        )
         return text
+
+    def state(self, submitted: str) -> str:
+        """What Slurm shows now of the job ``sbatch`` reported in ``submitted``, for a failure."""
+        ids = re.findall(r"Submitted batch job (\d+)", submitted)
+        commands = [["scontrol", "show", "job", ids[-1]]] if ids else []
+        commands += [["sinfo", "-N", "-l"], ["squeue", "-a", "-l"]]
+        parts = []
+        for cmd in commands:
+            try:
+                shown = self.run(cmd, 20)
+                parts.append(f"--- {' '.join(cmd)} ---\n{shown.stdout}{shown.stderr}")
+            except subprocess.TimeoutExpired:
+                parts.append(f"--- {' '.join(cmd)}: no answer in 20 s ---")
+        state = Path(os.environ.get("TWONODE_STATE", "/tmp/hpcdist-twonode"))
+        ctld = read_log(state / "slurm" / "slurmctld.log").splitlines()[-40:]
+        parts.append("--- slurmctld.log (last 40 lines) ---\n" + "\n".join(ctld))
+        return "\n".join(parts)
 
 
 @pytest.fixture(scope="module")
