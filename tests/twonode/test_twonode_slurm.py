@@ -64,7 +64,8 @@ class TwoNodeSlurm:
         """``sbatch --wait`` with ``args``; asserts exit code 0 and returns the job's output.
 
         A job that fails or outlives ``timeout`` (exit code 124) fails the test with what Slurm
-        knew then: the job's record, the nodes, the queue and the end of slurmctld's log.
+        knew then: the job's record, the nodes, the queue and its steps, this machine's Slurm and
+        Python processes, and the end of slurmctld's and the slurmds' logs.
         """
         job = self.run(
             ["sbatch", "--wait", f"--output={out}", *args], timeout, PYTHON=sys.executable, **env
@@ -80,7 +81,7 @@ class TwoNodeSlurm:
         """What Slurm shows now of the job ``sbatch`` reported in ``submitted``, for a failure."""
         ids = re.findall(r"Submitted batch job (\d+)", submitted)
         commands = [["scontrol", "show", "job", ids[-1]]] if ids else []
-        commands += [["sinfo", "-N", "-l"], ["squeue", "-a", "-l"]]
+        commands += [["sinfo", "-N", "-l"], ["squeue", "-a", "-l"], ["squeue", "-a", "-s"]]
         parts = []
         for cmd in commands:
             try:
@@ -88,9 +89,15 @@ class TwoNodeSlurm:
                 parts.append(f"--- {' '.join(cmd)} ---\n{shown.stdout}{shown.stderr}")
             except subprocess.TimeoutExpired:
                 parts.append(f"--- {' '.join(cmd)}: no answer in 20 s ---")
+        listing = subprocess.run(
+            ["ps", "-eo", "pid,ppid,etimes,pcpu,stat,args"], capture_output=True, text=True
+        ).stdout.splitlines()
+        mine = [line for line in listing if re.search(r"srun|slurmstepd|hpcdist|python", line)]
+        parts.append("--- processes ---\n" + "\n".join(line[:300] for line in mine[:60]))
         state = Path(os.environ.get("TWONODE_STATE", "/tmp/hpcdist-twonode"))
-        ctld = read_log(state / "slurm" / "slurmctld.log").splitlines()[-40:]
-        parts.append("--- slurmctld.log (last 40 lines) ---\n" + "\n".join(ctld))
+        for name in ("slurmctld", "slurmd-node-a", "slurmd-node-b"):
+            tail = read_log(state / "slurm" / f"{name}.log").splitlines()[-40:]
+            parts.append(f"--- {name}.log (last 40 lines) ---\n" + "\n".join(tail))
         return "\n".join(parts)
 
 

@@ -24,6 +24,7 @@ strategy = hd.ParameterServerStrategy()
 coordinator = hd.ClusterCoordinator(strategy)
 with strategy.scope():
     counter = hd.Variable(0.0)
+print(f"FT_STARTED on {socket.gethostname()}", flush=True)  # progress, for a job that hangs
 
 
 def check(name, ok, detail=""):
@@ -50,6 +51,7 @@ if DIE_ON is None:  # every worker has joined: the test may now take a node away
         seen |= {rv.fetch() for rv in [coordinator.schedule(where) for _ in range(6)]}
     print(f"JOINED {' | '.join(sorted(seen))}", flush=True)
 results = [coordinator.schedule(step) for _ in range(FUNCTIONS)]
+print(f"FT_SCHEDULED {FUNCTIONS}", flush=True)
 coordinator.join()
 ran_on = sorted({rv.fetch() for rv in results})
 print(f"RAN_ON {' | '.join(ran_on)}", flush=True)
