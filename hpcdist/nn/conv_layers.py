@@ -24,13 +24,6 @@ def _channels_last(layer: str, data_format: str | None) -> None:
         )
 
 
-def _padding(padding: str) -> str:
-    padding = str(padding).lower()
-    if padding not in ("valid", "same"):
-        raise ValueError(f"padding must be 'valid' or 'same', got {padding!r}")
-    return padding
-
-
 def _image_channels(layer: str, kind: str, input_shape: tuple[int, ...]) -> int:
     """The channels of ``(batch, height, width, channels)`` inputs.
 
@@ -99,7 +92,7 @@ class Conv2D(KernelBiasLayer):
         self.groups = int(groups)
         self.kernel_size = windows.int_pair(kernel_size, "kernel_size")
         self.strides = windows.int_pair(strides, "strides")
-        self.padding = _padding(padding)
+        self.padding = windows.check_padding(padding)
         self._init_kernel_bias(
             activation,
             use_bias,
@@ -212,7 +205,7 @@ class DepthwiseConv2D(KernelBiasLayer):
         _channels_last(self.name, data_format)
         self.kernel_size = windows.int_pair(kernel_size, "kernel_size")
         self.strides = windows.int_pair(strides, "strides")
-        self.padding = _padding(padding)
+        self.padding = windows.check_padding(padding)
         self.depth_multiplier = int(depth_multiplier)
         self._init_kernel_bias(
             activation,
@@ -285,7 +278,7 @@ class MaxPooling2D(Layer):
         _channels_last(self.name, data_format)
         self.pool_size = windows.int_pair(pool_size, "pool_size")
         self.strides = self.pool_size if strides is None else windows.int_pair(strides, "strides")
-        self.padding = _padding(padding)
+        self.padding = windows.check_padding(padding)
 
     def call(self, inputs: Any, training: bool | None = None) -> Tensor:
         """Max pooling."""

@@ -36,22 +36,12 @@ def _channels_last(layer: str, data_format: str | None) -> str:
     return "channels_last"
 
 
-def _padding(padding: str) -> str:
-    padding = str(padding).lower()
-    if padding not in ("valid", "same"):
-        raise ValueError(f"padding must be 'valid' or 'same', got {padding!r}")
-    return padding
-
-
 def _window_sums(x: Any, window: tuple[int, int], strides: tuple[int, int], out: tuple) -> Any:
     """``(batch, oh, ow, channels)``: the sum of each window of (already padded) ``x``."""
-    sh, sw = strides
-    oh, ow = out
-    total = None
-    for i in range(window[0]):
-        for j in range(window[1]):
-            part = x[:, i : i + sh * (oh - 1) + 1 : sh, j : j + sw * (ow - 1) + 1 : sw, :]
-            total = part.copy() if total is None else total + part
+    views = windows.window_views(x, window, strides, out)
+    total = views[0].copy()
+    for view in views[1:]:
+        total = total + view
     return total
 
 
@@ -68,33 +58,25 @@ def avg_pool2d(x: Any, pool_size: Any = 2, strides: Any = None, padding: str = "
         ValueError: Not a 4-D input, or a bad pool size, stride or padding.
     """
     x = as_tensor(x)
-    padding = _padding(padding)
+    padding = windows.check_padding(padding)
     window = windows.int_pair(pool_size, "pool_size")
     strides = window if strides is None else windows.int_pair(strides, "strides")
     if x.ndim != 4:
         raise ValueError(f"avg_pool2d expects a 4-D input, got shape {x.shape}")
     xp = array_module(x.value)
-    _, h, w, _ = x.shape
-    oh = windows.conv_output_size(h, window[0], strides[0], padding)
-    ow = windows.conv_output_size(w, window[1], strides[1], padding)
-    ph = pw = (0, 0)
-    if padding == "same":
-        ph = windows.same_padding(h, window[0], strides[0])
-        pw = windows.same_padding(w, window[1], strides[1])
-    pads = ((0, 0), ph, pw, (0, 0))
-    padded = xp.pad(x.value, pads) if ph != (0, 0) or pw != (0, 0) else x.value
-    ones = xp.pad(xp.ones((1, h, w, 1), x.dtype), pads)
-    counts = _window_sums(ones, window, strides, (oh, ow))  # (1, oh, ow, 1)
-    value = _window_sums(padded, window, strides, (oh, ow)) / counts
+    padded, out_hw, top_left = windows.padded_input(x.value, window, strides, padding, 0.0)
+    ones = xp.ones((1, *x.shape[1:3], 1), x.dtype)
+    counts = _window_sums(  # (1, oh, ow, 1)
+        windows.padded_input(ones, window, strides, padding, 0.0)[0], window, strides, out_hw
+    )
+    value = _window_sums(padded, window, strides, out_hw) / counts
 
     def backward(g: Any) -> tuple[Any]:
         share = g / counts
         grad = xp.zeros(padded.shape, g.dtype)
-        sh, sw = strides
-        for i in range(window[0]):
-            for j in range(window[1]):
-                grad[:, i : i + sh * (oh - 1) + 1 : sh, j : j + sw * (ow - 1) + 1 : sw, :] += share
-        return (grad[:, ph[0] : ph[0] + h, pw[0] : pw[0] + w, :],)
+        for view in windows.window_views(grad, window, strides, out_hw):
+            view += share
+        return (windows.unpad(grad, x.shape, top_left),)
 
     return record(value.astype(x.dtype, copy=False), (x,), backward)
 
@@ -125,7 +107,7 @@ class AveragePooling2D(Layer):
         self.data_format = _channels_last(self.name, data_format)
         self.pool_size = windows.int_pair(pool_size, "pool_size")
         self.strides = self.pool_size if strides is None else windows.int_pair(strides, "strides")
-        self.padding = _padding(padding)
+        self.padding = windows.check_padding(padding)
 
     def call(self, inputs: Any, training: bool | None = None) -> Tensor:
         """Average pooling."""
